@@ -1,0 +1,161 @@
+"""The codec contract (core spec, "Chunk encoding").
+
+A codec is one class holding its configuration. It has the spec ``name``,
+builds itself from the ``configuration`` object (:meth:`Codec.from_json`) and
+writes it back (:meth:`Codec.to_json`, the exact inverse). Codecs come in three
+kinds, by what their *encode* transform takes and returns:
+
+* :class:`ArrayArrayCodec` -- array -> array (``transpose``);
+* :class:`ArrayBytesCodec` -- array -> bytes (``bytes``, ``vlen-utf8``, ``sharding_indexed``);
+* :class:`BytesBytesCodec` -- bytes -> bytes (``gzip``, ``zstd``, ``blosc``, ``crc32c``).
+
+A :class:`ChunkSpec` is the *decoded representation* a codec sees: the shape,
+data type and fill value of the array it encodes. Array -> array codecs may
+change it (:meth:`ArrayArrayCodec.resolve_spec`); the pipeline threads it
+through the chain.
+
+Decoding is bounded: a bytes -> bytes codec is told the exact size its output
+must have when that is known (``expected_size``) and must never produce (or
+allocate) more. Codecs raise :class:`~zarrx.errors.ChunkDecodeError` for bad
+input; the pipeline adds the chunk key.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Mapping
+
+import numpy as np
+
+from zarrx.dtypes.base import DataType
+
+__all__ = ["ChunkSpec", "Codec", "ArrayArrayCodec", "ArrayBytesCodec", "BytesBytesCodec", "Buffer"]
+
+#: any bytes-like object (bytes, bytearray, memoryview, contiguous uint8 ndarray)
+Buffer = Any
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """The decoded representation of a chunk: shape, data type, fill value."""
+
+    shape: tuple[int, ...]
+    data_type: DataType
+    fill_value: Any
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data_type.numpy_dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int | None:
+        """Size of the raw (``bytes`` codec) encoding, or None for variable-length types."""
+        item_size = self.data_type.item_size
+        return None if item_size is None else self.size * item_size
+
+
+class Codec(ABC):
+    name: ClassVar[str]
+    kind: ClassVar[Literal["array_to_array", "array_to_bytes", "bytes_to_bytes"]]
+    #: other names this codec is read under (never written)
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_json(cls, configuration: Mapping[str, Any]) -> "Codec":
+        """Build from the ``configuration`` object; raise MetadataError naming the bad member."""
+        if configuration:
+            raise_unexpected(cls.name, configuration)
+        return cls()
+
+    def configuration(self) -> dict[str, Any] | None:
+        """The ``configuration`` object, or None when the codec has none."""
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        configuration = self.configuration()
+        if configuration is None:
+            return {"name": self.name}
+        return {"name": self.name, "configuration": configuration}
+
+    def evolve_from_spec(self, spec: ChunkSpec) -> "Codec":
+        """Fill in configuration chosen from the chunk spec (e.g. blosc typesize). Default: self."""
+        return self
+
+    def validate(self, spec: ChunkSpec) -> None:
+        """Raise MetadataError if this codec cannot encode chunks described by ``spec``."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_json() == other.to_json()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_json()))
+
+    def __repr__(self) -> str:
+        configuration = self.configuration() or {}
+        args = ", ".join(f"{k}={v!r}" for k, v in configuration.items())
+        return f"{type(self).__name__}({args})"
+
+
+class ArrayArrayCodec(Codec):
+    kind = "array_to_array"
+
+    def resolve_spec(self, spec: ChunkSpec) -> ChunkSpec:
+        """The encoded representation for a decoded ``spec``."""
+        return spec
+
+    @abstractmethod
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray: ...
+
+    @abstractmethod
+    def decode(self, array: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        """Decode to the representation described by ``spec`` (the decoded spec)."""
+
+
+class ArrayBytesCodec(Codec):
+    kind = "array_to_bytes"
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Exact size of the encoding of a chunk of ``spec``, or None when it varies."""
+        return None
+
+    @abstractmethod
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> Buffer: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
+        """Decode to an array of ``spec.shape`` and ``spec.dtype``; wrong sizes raise ChunkDecodeError."""
+
+
+class BytesBytesCodec(Codec):
+    kind = "bytes_to_bytes"
+
+    def encoded_size(self, decoded_size: int) -> int | None:
+        """Size of the encoding of ``decoded_size`` bytes, or None when it varies (compressors)."""
+        return None
+
+    @abstractmethod
+    def encode(self, data: Buffer) -> Buffer: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
+        """Decode ``data``.
+
+        ``expected_size`` is the exact decoded size when known: anything else is a
+        ChunkDecodeError. ``max_size`` bounds the output (and memory) when it is not.
+        """
+
+
+def raise_unexpected(codec_name: str, configuration: Mapping[str, Any], allowed: tuple[str, ...] = ()) -> None:
+    from zarrx.errors import MetadataError
+
+    unexpected = sorted(set(configuration) - set(allowed))
+    if unexpected:
+        raise MetadataError(
+            f"codecs: codec {codec_name!r} has unexpected configuration members {unexpected}"
+            + (f" (allowed: {list(allowed)})" if allowed else " (it takes none)")
+        )

@@ -1,0 +1,96 @@
+"""The data type contract.
+
+A :class:`DataType` is one Zarr data type (``"float32"``, ``{"name":
+"numpy.datetime64", ...}``…) bound to the NumPy dtype zarrx uses for it in
+memory. It knows:
+
+* its JSON form (:meth:`to_json`, :meth:`from_json`), and which NumPy dtypes it
+  stands for (:meth:`from_numpy`);
+* how its scalars are written as a ``fill_value`` (:meth:`fill_value_from_json`,
+  :meth:`fill_value_to_json`), and how a user's Python value becomes one
+  (:meth:`cast_scalar`).
+
+In memory, arrays are always native byte order; the ``bytes`` codec handles
+the stored endianness. Fixed-size types have ``item_size`` bytes per element;
+variable-length ones (``string``, ``bytes``) have ``item_size is None`` and need
+a variable-length array -> bytes codec.
+
+Errors are :class:`~zarrx.errors.MetadataError` whose message starts with the
+field name (``data_type`` or ``fill_value``); the metadata layer adds the key.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+__all__ = ["DataType", "JSON"]
+
+JSON = Any
+
+
+class DataType(ABC):
+    #: the registered spec name written to metadata
+    name: ClassVar[str]
+    #: other names read (never written), e.g. "variable_length_bytes", "structured"
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    @abstractmethod
+    def numpy_dtype(self) -> np.dtype:
+        """The in-memory NumPy dtype (native byte order)."""
+
+    @property
+    def item_size(self) -> int | None:
+        """Bytes per element in the ``bytes`` codec's encoding; None for variable length."""
+        return self.numpy_dtype.itemsize
+
+    @property
+    def is_variable_length(self) -> bool:
+        return self.item_size is None
+
+    @property
+    def needs_endian(self) -> bool:
+        """Whether the ``bytes`` codec must be told a byte order for this type."""
+        return False
+
+    @classmethod
+    @abstractmethod
+    def from_json(cls, name: str, configuration: Mapping[str, Any]) -> "DataType":
+        """Build from a parsed extension (name and configuration)."""
+
+    @abstractmethod
+    def to_json(self) -> JSON:
+        """The canonical ``data_type`` value."""
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype) -> "DataType | None":
+        """The data type for a NumPy dtype, or None when this class does not represent it."""
+        return None
+
+    @abstractmethod
+    def fill_value_from_json(self, value: JSON) -> Any:
+        """Decode a ``fill_value`` JSON value into a scalar of :attr:`numpy_dtype`."""
+
+    @abstractmethod
+    def fill_value_to_json(self, value: Any) -> JSON:
+        """Encode a scalar in the canonical ``fill_value`` form."""
+
+    @abstractmethod
+    def default_fill_value(self) -> Any:
+        """The fill value used when the user gives none."""
+
+    def cast_scalar(self, value: Any) -> Any:
+        """Turn a user's value (Python or NumPy scalar) into a scalar of this type."""
+        return np.asarray(value).astype(self.numpy_dtype, casting="unsafe")[()]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DataType) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_json()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_json()!r})"

@@ -1,0 +1,95 @@
+"""The one error tree of zarrx.
+
+Every error zarrx raises on purpose is a :class:`ZarrxError`. Where a builtin
+exception fits, the class also inherits from it, so ``except FileNotFoundError``
+and ``except ValueError`` keep working for code that does not know zarrx.
+
+Messages say what was expected, what was found, and name the store key, node
+path or metadata field involved, so a user can find the bad object.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ZarrxError",
+    "NodeNotFoundError",
+    "ContainsArrayError",
+    "ContainsGroupError",
+    "MetadataError",
+    "UnknownCodecError",
+    "UnsupportedExtensionError",
+    "ChunkDecodeError",
+    "ChunkEncodeError",
+    "ReadOnlyError",
+    "InvalidPathError",
+    "SelectionError",
+    "BoundsCheckError",
+    "ChunkAlignmentError",
+    "StoreError",
+]
+
+
+class ZarrxError(Exception):
+    """Base class of every error raised by zarrx."""
+
+
+class NodeNotFoundError(ZarrxError, FileNotFoundError):
+    """No array or group exists at the requested path."""
+
+
+class ContainsArrayError(ZarrxError, FileExistsError):
+    """An array already exists where a group (or a new array) was to be created."""
+
+
+class ContainsGroupError(ZarrxError, FileExistsError):
+    """A group already exists where an array (or a new group) was to be created."""
+
+
+class MetadataError(ZarrxError, ValueError):
+    """A metadata document is invalid or uses something zarrx does not support.
+
+    The message names the document's key and the offending field.
+    """
+
+
+class UnsupportedExtensionError(MetadataError):
+    """A required extension (``must_understand`` true) that zarrx does not know."""
+
+
+class UnknownCodecError(UnsupportedExtensionError):
+    """A codec name that is not in the codec registry."""
+
+
+class ChunkDecodeError(ZarrxError, ValueError):
+    """A stored chunk is corrupt, truncated, fails its checksum or decodes to the wrong size.
+
+    The message names the chunk key and the codec that failed.
+    """
+
+
+class ChunkEncodeError(ZarrxError, ValueError):
+    """A chunk could not be encoded with the array's codecs (e.g. a value the codec cannot hold)."""
+
+
+class ReadOnlyError(ZarrxError, PermissionError):
+    """A write was attempted through a node or store opened read-only."""
+
+
+class InvalidPathError(ZarrxError, ValueError):
+    """A node name or path that is not allowed (``..``, absolute, empty, reserved)."""
+
+
+class SelectionError(ZarrxError, IndexError):
+    """A selection that the array cannot take (wrong type, too many indices, bad step)."""
+
+
+class BoundsCheckError(SelectionError):
+    """An index outside the array's bounds."""
+
+
+class ChunkAlignmentError(ZarrxError, ValueError):
+    """A parallel write would make two tasks write the same chunk (or shard)."""
+
+
+class StoreError(ZarrxError, OSError):
+    """The underlying storage failed for a key (other than the key being absent)."""
