@@ -159,3 +159,42 @@ def raise_unexpected(codec_name: str, configuration: Mapping[str, Any], allowed:
             f"codecs: codec {codec_name!r} has unexpected configuration members {unexpected}"
             + (f" (allowed: {list(allowed)})" if allowed else " (it takes none)")
         )
+
+
+# -- helpers shared by the codec modules ------------------------------------------------
+
+
+def as_uint8(data: Buffer) -> np.ndarray:
+    """A flat uint8 array over the bytes of ``data``, without copying when it is contiguous."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def require_member(codec_name: str, configuration: Mapping[str, Any], member: str) -> Any:
+    """The value of a required configuration member; MetadataError when it is missing."""
+    from zarrx.errors import MetadataError
+
+    if member not in configuration:
+        raise MetadataError(f"codecs: codec {codec_name!r} requires the configuration member {member!r}")
+    return configuration[member]
+
+
+def parse_int(codec_name: str, member: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]`` (booleans refused); MetadataError otherwise."""
+    from zarrx.errors import MetadataError
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise MetadataError(
+            f"codecs: codec {codec_name!r}: {member} must be an integer from {low} to {high}, found {value!r}"
+        )
+    return int(value)
+
+
+def parse_choice(codec_name: str, member: str, value: Any, choices: tuple[Any, ...]) -> Any:
+    """``value`` if it is one of ``choices``; MetadataError listing them otherwise."""
+    from zarrx.errors import MetadataError
+
+    if isinstance(value, bool) != any(isinstance(choice, bool) for choice in choices) or value not in choices:
+        raise MetadataError(f"codecs: codec {codec_name!r}: {member} must be one of {list(choices)}, found {value!r}")
+    return value

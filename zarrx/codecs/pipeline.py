@@ -1,0 +1,226 @@
+"""The codec pipeline: an array's ``codecs`` list as one encode/decode transform.
+
+The list must be zero or more array -> array codecs, exactly one array -> bytes
+codec, then zero or more bytes -> bytes codecs (core spec, "Codecs"). Each
+codec sees the representation produced by the one before it
+(:meth:`CodecPipeline.resolve_specs`, spec "Determination of encoded
+representations"); encoding runs the list forwards, decoding backwards (spec
+"Decoding procedure").
+
+Decoding is bounded. The pipeline computes the size every bytes -> bytes codec
+must decode to: it starts from the array -> bytes codec's ``encoded_size``
+(fixed-size data types) and goes up through each ``encoded_size`` (``crc32c``
+adds 4; compressors vary, and the sizes above them are unknown). A codec gets
+that ``expected_size`` or None, and ``max_size``, the most it may produce:
+the expected size, or :attr:`CodecPipeline.max_size` (2 GiB unless configured)
+when it is not known. Every failure of a codec on stored data becomes a
+:class:`~zarrx.errors.ChunkDecodeError` naming the chunk key and the codec. The
+decoded chunk has exactly the spec's shape and dtype; it may be a read-only
+view of the stored bytes, so callers copy it into their output.
+
+An array -> bytes codec that reads parts of its input (sharding) is used as is:
+the array layer finds it in :attr:`CodecPipeline.array_bytes`, and can decode
+partially when :attr:`CodecPipeline.bytes_bytes` is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+import numpy as np
+
+from zarrx.codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
+from zarrx.codecs.registry import codec_from_json
+from zarrx.errors import ChunkDecodeError, ChunkEncodeError, MetadataError, ZarrxError
+
+__all__ = ["CodecPipeline", "DEFAULT_MAX_SIZE"]
+
+#: bound on a decoded chunk whose size is not fixed by its data type (variable length)
+DEFAULT_MAX_SIZE = 2**31
+
+_KIND_RANK = {"array_to_array": 0, "array_to_bytes": 1, "bytes_to_bytes": 2}
+_KIND_TEXT = {kind: kind.replace("_to_", " -> ") for kind in _KIND_RANK}
+
+
+@dataclass(frozen=True)
+class CodecPipeline:
+    """The codecs of an array, split by kind.
+
+    Examples
+    --------
+    >>> from zarrx.dtypes import resolve_data_type
+    >>> spec = ChunkSpec(shape=(3,), data_type=resolve_data_type("int16"), fill_value=0)
+    >>> pipeline = CodecPipeline.from_json([{"name": "bytes", "configuration": {"endian": "big"}}, "crc32c"])
+    >>> encoded = pipeline.encode(np.array([1, 2, 3], dtype="int16"), spec)
+    >>> len(encoded), pipeline.encoded_size(spec)
+    (10, 10)
+    >>> pipeline.decode(encoded, spec, key="c/0")
+    array([1, 2, 3], dtype=int16)
+    """
+
+    array_array: tuple[ArrayArrayCodec, ...]
+    array_bytes: ArrayBytesCodec
+    bytes_bytes: tuple[BytesBytesCodec, ...]
+    #: the most a bytes -> bytes codec may decode to when the size is not fixed
+    max_size: int = field(default=DEFAULT_MAX_SIZE, compare=False)
+
+    @classmethod
+    def from_codecs(
+        cls, codecs: Iterable[Codec], *, max_size: int = DEFAULT_MAX_SIZE, field_name: str = "codecs"
+    ) -> "CodecPipeline":
+        """Split ``codecs`` by kind; MetadataError when they are not aa*, one ab, bb* in that order."""
+        codecs = tuple(codecs)
+        for position, codec in enumerate(codecs):
+            if not isinstance(codec, Codec):
+                found = f"{type(codec).__name__} {codec!r}"
+                raise MetadataError(f"{field_name}[{position}]: expected a codec, found {found}")
+        found = ", ".join(f"{codec.name} ({_KIND_TEXT[codec.kind]})" for codec in codecs) or "no codecs"
+        array_bytes = [codec for codec in codecs if codec.kind == "array_to_bytes"]
+        if len(array_bytes) != 1:
+            raise MetadataError(
+                f"{field_name}: expected exactly one array -> bytes codec (such as 'bytes'), "
+                f"found {len(array_bytes)} in [{found}]"
+            )
+        for position, (before, after) in enumerate(zip(codecs, codecs[1:]), start=1):
+            if _KIND_RANK[before.kind] > _KIND_RANK[after.kind]:
+                raise MetadataError(
+                    f"{field_name}: the {_KIND_TEXT[after.kind]} codec {after.name!r} at position {position} comes "
+                    f"after the {_KIND_TEXT[before.kind]} codec {before.name!r}; the order must be array -> array "
+                    f"codecs, one array -> bytes codec, then bytes -> bytes codecs (found [{found}])"
+                )
+        return cls(
+            array_array=tuple(codec for codec in codecs if codec.kind == "array_to_array"),  # type: ignore[misc]
+            array_bytes=array_bytes[0],  # type: ignore[arg-type]
+            bytes_bytes=tuple(codec for codec in codecs if codec.kind == "bytes_to_bytes"),  # type: ignore[misc]
+            max_size=max_size,
+        )
+
+    @classmethod
+    def from_json(cls, value: Any, field_name: str = "codecs", *, max_size: int = DEFAULT_MAX_SIZE) -> "CodecPipeline":
+        """Build from the ``codecs`` metadata list; unknown codecs with ``must_understand: false`` are dropped."""
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise MetadataError(f"{field_name}: expected a list of codecs, found {type(value).__name__} {value!r}")
+        codecs = [codec_from_json(item, f"{field_name}[{position}]") for position, item in enumerate(value)]
+        return cls.from_codecs(
+            [codec for codec in codecs if codec is not None], max_size=max_size, field_name=field_name
+        )
+
+    @property
+    def codecs(self) -> tuple[Codec, ...]:
+        return (*self.array_array, self.array_bytes, *self.bytes_bytes)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [codec.to_json() for codec in self.codecs]
+
+    def resolve_specs(self, spec: ChunkSpec) -> list[ChunkSpec]:
+        """The decoded spec each array -> array codec sees, then the array -> bytes codec's."""
+        specs = [spec]
+        for codec in self.array_array:
+            specs.append(codec.resolve_spec(specs[-1]))
+        return specs
+
+    def evolve_from_spec(self, spec: ChunkSpec) -> "CodecPipeline":
+        """Fill in configuration chosen from the chunk spec, each codec with the spec it sees."""
+        array_array = []
+        for codec in self.array_array:
+            codec = codec.evolve_from_spec(spec)
+            array_array.append(codec)
+            spec = codec.resolve_spec(spec)
+        return replace(
+            self,
+            array_array=tuple(array_array),
+            array_bytes=self.array_bytes.evolve_from_spec(spec),
+            # bytes -> bytes codecs get the array spec too: blosc takes its typesize from the data type
+            bytes_bytes=tuple(codec.evolve_from_spec(spec) for codec in self.bytes_bytes),
+        )
+
+    def validate(self, spec: ChunkSpec) -> None:
+        """Raise MetadataError if the codecs cannot encode chunks of ``spec``."""
+        for codec in self.array_array:
+            codec.validate(spec)
+            spec = codec.resolve_spec(spec)
+        self.array_bytes.validate(spec)
+        for codec in self.bytes_bytes:
+            codec.validate(spec)
+
+    def _decoded_sizes(self, array_bytes_spec: ChunkSpec) -> list[int | None]:
+        """The decoded size of each bytes -> bytes codec, then the final encoded size (None: varies)."""
+        sizes = [self.array_bytes.encoded_size(array_bytes_spec)]
+        for codec in self.bytes_bytes:
+            sizes.append(None if sizes[-1] is None else codec.encoded_size(sizes[-1]))
+        return sizes
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Size of every encoded chunk of ``spec`` when it is fixed (no compression), else None."""
+        return self._decoded_sizes(self.resolve_specs(spec)[-1])[-1]
+
+    def encode(self, array: np.ndarray, spec: ChunkSpec, key: str | None = None) -> bytes:
+        """Encode one chunk of ``spec.shape``; ChunkEncodeError names the codec (and ``key`` if given)."""
+        array = np.asarray(array)
+        if array.shape != spec.shape:
+            raise ChunkEncodeError(f"{_chunk(key)}expected an array of shape {spec.shape}, found {array.shape}")
+        specs = self.resolve_specs(spec)
+        for codec, codec_spec in zip(self.array_array, specs):
+            with _encoding(key, codec):
+                array = codec.encode(array, codec_spec)
+        with _encoding(key, self.array_bytes):
+            data = self.array_bytes.encode(array, specs[-1])
+        for codec in self.bytes_bytes:
+            with _encoding(key, codec):
+                data = codec.encode(data)
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def decode(self, data: Any, spec: ChunkSpec, key: str) -> np.ndarray:
+        """Decode one stored chunk to an array of exactly ``spec.shape`` and ``spec.dtype``.
+
+        Raises ChunkDecodeError naming ``key`` and the failing codec for any corrupt input.
+        """
+        specs = self.resolve_specs(spec)
+        sizes = self._decoded_sizes(specs[-1])
+        for codec, expected_size in zip(reversed(self.bytes_bytes), reversed(sizes[:-1])):
+            max_size = self.max_size if expected_size is None else expected_size
+            with _decoding(key, codec):
+                data = codec.decode(data, expected_size, max_size)
+        with _decoding(key, self.array_bytes):
+            array = self.array_bytes.decode(data, specs[-1])
+        for codec, codec_spec in zip(reversed(self.array_array), reversed(specs[:-1])):
+            with _decoding(key, codec):
+                array = codec.decode(array, codec_spec)
+        if array.shape != spec.shape or array.dtype != spec.dtype:
+            raise ChunkDecodeError(
+                f"chunk {key!r}: decoded to shape {array.shape} and dtype {array.dtype}, "
+                f"expected shape {spec.shape} and dtype {spec.dtype}"
+            )
+        return array
+
+
+def _chunk(key: str | None) -> str:
+    return "" if key is None else f"chunk {key!r}: "
+
+
+@contextmanager
+def _decoding(key: str, codec: Codec) -> Iterator[None]:
+    # numcodecs and the C libraries raise RuntimeError, ValueError, MemoryError... on corrupt input
+    try:
+        yield
+    except ChunkDecodeError as error:
+        raise ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r}: {error}") from error
+    except Exception as error:
+        raise ChunkDecodeError(
+            f"chunk {key!r}: codec {codec.name!r} failed to decode: {type(error).__name__}: {error}"
+        ) from error
+
+
+@contextmanager
+def _encoding(key: str | None, codec: Codec) -> Iterator[None]:
+    try:
+        yield
+    except ZarrxError:
+        raise
+    except (ValueError, TypeError, OverflowError, RuntimeError) as error:  # includes UnicodeEncodeError
+        raise ChunkEncodeError(
+            f"{_chunk(key)}codec {codec.name!r} cannot encode the chunk: {type(error).__name__}: {error}"
+        ) from error

@@ -1,0 +1,116 @@
+"""The ``zstd`` codec (zarr-extensions codecs/zstd): Zstandard frames (RFC 8878).
+
+Decoding is bounded. The frame header is read first (RFC 8878 section 3.1.1.1):
+a declared content size that differs from the expected size, or exceeds
+``max_size``, is refused before any decompression. numcodecs then decompresses
+into a buffer of exactly that size and fails if the frame does not fit. A frame
+that does not declare its size is only decoded when the expected size is known
+(numcodecs requires the output to fill the buffer exactly); otherwise it is
+refused, since numcodecs offers no bounded streaming decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+from numcodecs import zstd as numcodecs_zstd
+
+from zarrx.codecs.base import (
+    Buffer,
+    BytesBytesCodec,
+    as_uint8,
+    parse_choice,
+    parse_int,
+    raise_unexpected,
+    require_member,
+)
+from zarrx.codecs.registry import register_codec
+from zarrx.errors import ChunkDecodeError
+
+__all__ = ["ZstdCodec", "frame_content_size"]
+
+_MAGIC = 0xFD2FB528
+_FCS_FIELD_SIZES = (0, 2, 4, 8)  # by Frame_Content_Size_Flag; 0 means 1 when Single_Segment_Flag is set
+_DICT_ID_SIZES = (0, 1, 2, 4)
+
+
+@register_codec
+@dataclass(frozen=True, eq=False)
+class ZstdCodec(BytesBytesCodec):
+    """Zstandard compression; ``level`` -131072..22 (0 = library default), optional frame ``checksum``.
+
+    Examples
+    --------
+    >>> ZstdCodec(level=3, checksum=True).to_json()
+    {'name': 'zstd', 'configuration': {'level': 3, 'checksum': True}}
+    """
+
+    name = "zstd"
+
+    level: int = 0
+    checksum: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "level", parse_int(self.name, "level", self.level, -131072, 22))
+        object.__setattr__(self, "checksum", bool(parse_choice(self.name, "checksum", self.checksum, (True, False))))
+
+    @classmethod
+    def from_json(cls, configuration: Mapping[str, Any]) -> "ZstdCodec":
+        raise_unexpected(cls.name, configuration, ("level", "checksum"))
+        level = require_member(cls.name, configuration, "level")
+        return cls(level=level, checksum=configuration.get("checksum", False))
+
+    def configuration(self) -> dict[str, Any]:
+        # the extension's README: "checksum ... should be omitted if false"
+        return {"level": self.level, "checksum": True} if self.checksum else {"level": self.level}
+
+    def encode(self, data: Buffer) -> Buffer:
+        return numcodecs_zstd.compress(as_uint8(data), self.level, self.checksum)
+
+    def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
+        source = as_uint8(data)
+        content_size = frame_content_size(source)
+        if content_size is not None:
+            if expected_size is not None and content_size != expected_size:
+                raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {expected_size}")
+            if content_size > max_size:
+                raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, over the limit of {max_size}")
+            output_size = content_size
+        elif expected_size is not None:
+            output_size = expected_size
+        else:
+            raise ChunkDecodeError(
+                "the frame does not declare its decoded size and the chunk's size is not known; "
+                "refusing an unbounded decompression (rewrite the data with a zstd that records the content size)"
+            )
+        output = np.empty(output_size, dtype=np.uint8)
+        if content_size == 0:  # numcodecs fails on empty frames; a frame declaring 0 bytes holds nothing
+            return output
+        try:
+            numcodecs_zstd.decompress(source, output)
+        except (RuntimeError, ValueError) as error:
+            raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+        return output
+
+
+def frame_content_size(data: np.ndarray) -> int | None:
+    """The Frame_Content_Size of the first zstd frame header, or None when not recorded.
+
+    Raises ChunkDecodeError when ``data`` does not start with a complete frame header.
+    """
+    if data.nbytes < 5 or int(data[:4].view("<u4")[0]) != _MAGIC:
+        raise ChunkDecodeError("not a zstd frame (bad magic number or too short)")
+    descriptor = int(data[4])
+    fcs_flag, single_segment, dict_id_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    if descriptor & 0x08:
+        raise ChunkDecodeError("invalid zstd frame header (reserved bit set)")
+    fcs_size = 1 if (fcs_flag == 0 and single_segment) else _FCS_FIELD_SIZES[fcs_flag]
+    if fcs_size == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + _DICT_ID_SIZES[dict_id_flag]
+    if data.nbytes < start + fcs_size:
+        raise ChunkDecodeError("truncated zstd frame header")
+    value = int.from_bytes(data[start : start + fcs_size].tobytes(), "little")
+    return value + 256 if fcs_size == 2 else value  # RFC 8878 3.1.1.1.4: the 2-byte field is offset by 256
