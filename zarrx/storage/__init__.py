@@ -1,0 +1,147 @@
+"""Stores: where the keys and bytes of a Zarr hierarchy live.
+
+:func:`make_store` turns whatever a user passes as ``store`` into a
+:class:`Store`:
+
+=====================================================  =========================================
+``store``                                              becomes
+=====================================================  =========================================
+a :class:`Store`                                       itself, unchanged
+``None``                                               a new :class:`MemoryStore`
+a ``dict`` (e.g. ``{}``)                               a :class:`MemoryStore` keeping its values in it
+a ``pathlib.Path``, a path string, ``file://`` URL     a :class:`LocalStore` (root made absolute)
+any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_url`, with ``storage_options``
+``https://``, chained ``simplecache::s3://``)
+an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
+                                                       (a :class:`LocalStore` for a local one)
+=====================================================  =========================================
+
+``mode="r"`` opens the store read-only; ``"r+"``, ``"a"``, ``"w"`` and ``"w-"``
+open it writable (what each means for existing nodes is the caller's business).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit
+
+# Only names from fsspec: importing the submodule zarrx.storage.fsspec below
+# rebinds the name "fsspec" in this package's namespace to that submodule.
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.mapping import FSMap
+
+from zarrx.errors import StoreError
+from zarrx.storage.fsspec import FsspecStore
+from zarrx.storage.local import LocalStore
+from zarrx.storage.memory import MemoryStore
+from zarrx.storage.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+
+__all__ = [
+    "Store",
+    "ByteRequest",
+    "RangeByteRequest",
+    "OffsetByteRequest",
+    "SuffixByteRequest",
+    "LocalStore",
+    "MemoryStore",
+    "FsspecStore",
+    "make_store",
+    "MODES",
+]
+
+#: the access modes, and whether each opens the store read-only
+MODES: dict[str, bool] = {"r": True, "r+": False, "a": False, "w": False, "w-": False}
+
+# "scheme://" with a scheme of two or more characters, so "C:\data" stays a path.
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)://")
+_LOCAL_SCHEMES = ("file", "local")
+
+
+def make_store(
+    store_like: Any,
+    *,
+    mode: str = "r",
+    storage_options: Mapping[str, Any] | None = None,
+) -> Store:
+    """The :class:`Store` for a store argument (see the module docstring for what is accepted).
+
+    Parameters
+    ----------
+    store_like
+        A Store, None, a dict, a path, a URL or an ``fsspec.FSMap``.
+    mode
+        ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
+        one. A Store passed in is returned unchanged, whatever the mode.
+    storage_options
+        fsspec options (credentials, ``anon=True``, ...), only for a URL other than ``file://``.
+
+    Raises
+    ------
+    StoreError
+        ``storage_options`` given for something that is not an fsspec URL.
+
+    Examples
+    --------
+    >>> make_store("memory://example.zarr", mode="w")
+    FsspecStore('memory:///example.zarr')
+    >>> make_store({}, mode="r")
+    MemoryStore(<0 keys at ...>, read_only=True)
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}")
+    read_only = MODES[mode]
+    if isinstance(store_like, Store):
+        _refuse_options(storage_options, store_like)
+        return store_like
+    url_scheme = _URL_SCHEME.match(store_like) if isinstance(store_like, str) else None
+    if url_scheme and url_scheme[1].lower() in _LOCAL_SCHEMES and "::" not in store_like:
+        _refuse_options(storage_options, store_like)
+        return LocalStore(_file_url_path(store_like), read_only=read_only)
+    if url_scheme or isinstance(store_like, str) and "::" in store_like:  # "::" chains file systems
+        return FsspecStore.from_url(store_like, storage_options=storage_options, read_only=read_only)
+    if isinstance(store_like, (str, os.PathLike)):
+        _refuse_options(storage_options, store_like)
+        return LocalStore(os.path.expanduser(os.fspath(store_like)), read_only=read_only)
+    if isinstance(store_like, FSMap):
+        _refuse_options(storage_options, store_like)
+        if isinstance(store_like.fs, LocalFileSystem):
+            return LocalStore(store_like.root, read_only=read_only)
+        return FsspecStore(store_like.fs, store_like.root, read_only=read_only)
+    if store_like is None or isinstance(store_like, dict):
+        _refuse_options(storage_options, store_like)
+        return MemoryStore(store_like, read_only=read_only)
+    raise TypeError(
+        f"cannot use {type(store_like).__name__} {store_like!r} as a store; pass a path, a URL "
+        "('s3://bucket/data.zarr', 'memory://x'), an fsspec FSMap, a dict, None or a zarrx Store"
+    )
+
+
+def _refuse_options(storage_options: Mapping[str, Any] | None, store_like: Any) -> None:
+    if storage_options:
+        raise StoreError(
+            # the option names only: the values may be credentials
+            f"storage_options (with {', '.join(map(repr, storage_options))}) were given with {store_like!r}, "
+            "which does not use them; "
+            "they configure fsspec file systems, so pass them with a URL like 's3://bucket/data.zarr' "
+            "(or configure the file system you built the store from)"
+        )
+
+
+def _file_url_path(url: str) -> str:
+    """The local path of a ``file://`` URL (RFC 8089): ``file:///my%20data`` is ``/my data``."""
+    parts = urlsplit(url)
+    path = unquote(parts.path)
+    if parts.netloc and parts.netloc != "localhost":
+        # "file://data/x.zarr": not a host but a relative path, as fsspec reads it
+        path = unquote(parts.netloc) + path
+    if os.name == "nt" and re.match(r"^/[A-Za-z]:", path):
+        path = path[1:]  # file:///C:/data
+    return os.path.abspath(os.path.expanduser(path))

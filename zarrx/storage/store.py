@@ -32,24 +32,36 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RangeByteRequest:
-    """Bytes ``[start, end)``."""
+    """Bytes ``[start, end)``; the part past the end of the value is simply absent."""
 
     start: int
     end: int
 
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"RangeByteRequest needs 0 <= start <= end, found start={self.start}, end={self.end}")
+
 
 @dataclass(frozen=True)
 class OffsetByteRequest:
-    """Bytes from ``offset`` to the end."""
+    """Bytes from ``offset`` to the end (empty when ``offset`` is past the end)."""
 
     offset: int
+
+    def __post_init__(self) -> None:
+        if self.offset < 0:
+            raise ValueError(f"OffsetByteRequest needs offset >= 0, found {self.offset}")
 
 
 @dataclass(frozen=True)
 class SuffixByteRequest:
-    """The last ``suffix`` bytes."""
+    """The last ``suffix`` bytes (the whole value when it is shorter)."""
 
     suffix: int
+
+    def __post_init__(self) -> None:
+        if self.suffix < 0:
+            raise ValueError(f"SuffixByteRequest needs suffix >= 0, found {self.suffix}")
 
 
 ByteRequest = RangeByteRequest | OffsetByteRequest | SuffixByteRequest

@@ -1,0 +1,344 @@
+"""A store over any fsspec file system (S3, GCS, Azure, HTTP, memory, zip, ...).
+
+Key ``a/b`` is the path ``<root>/a/b`` of the file system. One batch is one
+fsspec call: ``get_many`` and ``get_ranges`` are a single ``fs.cat_ranges``,
+``set_many`` a single ``fs.pipe``, which async file systems (s3fs, gcsfs,
+adlfs, http) run concurrently. ``fs.cat_ranges`` is used rather than
+``fs.cat(paths)`` because ``cat`` expands glob characters (``*?[``), which are
+legal in node names, and returns a dict keyed by the expanded paths.
+
+Missing keys become None in one place, :meth:`FsspecStore._outcome`:
+``FileNotFoundError`` (which s3fs, gcsfs, adlfs and http raise for an absent
+object) and the ``IsADirectoryError``/``NotADirectoryError`` of hierarchical
+file systems. Any other exception from the backend is a
+:class:`~zarrx.errors.StoreError` naming the key. A ranged read that the
+backend refuses (an HTTP server answering 416 for a range past the end, one
+without suffix ranges) is retried once knowing the file's size.
+
+On fsspec's local file system, writes and deletes go through
+:class:`~zarrx.storage.local.LocalStore`, whose writes are atomic (fsspec's
+``pipe_file`` writes in place) and which keeps no empty folders behind.
+Writes to object stores are atomic by the service's own guarantee.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from zarrx.errors import ReadOnlyError, StoreError
+from zarrx.storage.local import LocalStore, is_temporary_name
+from zarrx.storage.paths import validate_key, validate_prefix
+from zarrx.storage.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+
+__all__ = ["FsspecStore"]
+
+# What fsspec back ends raise for an absent object (or a folder where an object was asked for).
+_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+# fsspec treats these as glob characters in rm/cat/expand_path.
+_GLOB_CHARACTERS = re.compile(r"[*?\[]")
+
+
+def _fsspec_range(byte_range: ByteRequest | None) -> tuple[int | None, int | None] | None:
+    """``(start, end)`` for ``fs.cat_file``; None for an empty range (which needs no read)."""
+    match byte_range:
+        case None:
+            return None, None
+        case RangeByteRequest(start, end):
+            return (start, end) if end > start else None
+        case OffsetByteRequest(offset):
+            return offset, None
+        case SuffixByteRequest(suffix):
+            # start=-0 would mean the whole value
+            return (-suffix, None) if suffix else None
+    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+
+
+class FsspecStore(Store):
+    """Keys as files of an fsspec file system, below ``root``.
+
+    Parameters
+    ----------
+    fs
+        Any ``fsspec.AbstractFileSystem`` (sync or async).
+    root
+        The folder (or bucket/prefix) of the store, with or without protocol.
+    read_only
+        Refuse writes with :class:`~zarrx.errors.ReadOnlyError`.
+
+    Examples
+    --------
+    >>> store = FsspecStore.from_url("memory://example.zarr")
+    >>> store.set("zarr.json", b"{}")
+    >>> store.get_many(["zarr.json", "missing"])
+    {'zarr.json': b'{}', 'missing': None}
+    """
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str = "", read_only: bool = False) -> None:
+        self.fs = fs
+        self.root = fs._strip_protocol(root).rstrip("/")
+        self.read_only = read_only
+        # "<root>/" before every key; the file system's own root ("/" or "") when root is empty.
+        self._prefix = self.root + "/" if self.root else fs.root_marker
+        self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
+
+    @classmethod
+    def from_url(
+        cls, url: str, storage_options: Mapping[str, Any] | None = None, read_only: bool = False
+    ) -> FsspecStore:
+        """The store at an fsspec URL (``"s3://bucket/data.zarr"``, ``"simplecache::https://…"``).
+
+        ``storage_options`` go to the file system (credentials, ``anon=True``, ...).
+
+        Examples
+        --------
+        >>> FsspecStore.from_url("memory://x.zarr", read_only=True)
+        FsspecStore('memory:///x.zarr', read_only=True)
+        """
+        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        return cls(fs, root, read_only=read_only)
+
+    def _path(self, key: str) -> str:
+        return self._prefix + validate_key(key)
+
+    def _key(self, path: str) -> str | None:
+        """The key of a path the file system listed, or None when it is not below the root."""
+        path = path.rstrip("/")
+        if not path.startswith(self._prefix) or len(path) == len(self._prefix):
+            return None
+        return path[len(self._prefix) :]
+
+    def _error(self, action: str, key: str, error: BaseException) -> StoreError:
+        return StoreError(f"could not {action} {key!r} in {self!r}: {type(error).__name__}: {error}")
+
+    def _check_writable(self, key: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(
+                f"cannot write {key!r}: {self!r} is read-only (open it with mode 'r+', 'a' or 'w' to write)"
+            )
+
+    # -- reading -----------------------------------------------------------------
+    def _outcome(self, key: str, path: str, limits: tuple[int | None, int | None], result: Any) -> bytes | None:
+        """Turn what fsspec gave for one read (bytes or an exception) into the store's answer."""
+        if isinstance(result, _MISSING):
+            return None
+        if isinstance(result, BaseException):
+            if limits != (None, None):
+                return self._read_knowing_size(key, path, limits, result)
+            raise self._error("read", key, result) from result
+        return bytes(result)
+
+    def _read_knowing_size(
+        self, key: str, path: str, limits: tuple[int | None, int | None], error: BaseException
+    ) -> bytes | None:
+        """Retry a refused ranged read with explicit, in-bounds limits."""
+        try:
+            size = self.fs.size(path)
+        except _MISSING:
+            return None
+        except Exception:
+            raise self._error("read", key, error) from error
+        start, end = limits
+        start = max(0, size + start) if start is not None and start < 0 else (start or 0)
+        end = size if end is None else min(end, size)
+        if start >= end:
+            return b""
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except Exception as retry_error:
+            raise self._error("read", key, retry_error) from error
+
+    def _read_batch(self, requests: Sequence[tuple[str, ByteRequest | None]]) -> list[bytes | None]:
+        paths = [self._path(key) for key, _ in requests]
+        limits = [_fsspec_range(byte_range) for _, byte_range in requests]
+        to_read = [position for position, limit in enumerate(limits) if limit is not None]
+        results: list[bytes | None] = [None] * len(requests)
+        if to_read:
+            try:
+                outcomes = self.fs.cat_ranges(
+                    [paths[position] for position in to_read],
+                    [limits[position][0] for position in to_read],
+                    [limits[position][1] for position in to_read],
+                    on_error="return",
+                )
+            except Exception as error:  # a failure of the whole batch
+                raise self._error("read", requests[to_read[0]][0], error) from error
+            for position, outcome in zip(to_read, outcomes, strict=True):
+                results[position] = self._outcome(requests[position][0], paths[position], limits[position], outcome)
+        for position, limit in enumerate(limits):
+            if limit is None:  # an empty range: b"" when the key exists
+                results[position] = b"" if self._isfile(requests[position][0], paths[position]) else None
+        return results
+
+    def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        path = self._path(key)
+        limits = _fsspec_range(byte_range)
+        if limits is None:
+            return b"" if self._isfile(key, path) else None
+        try:
+            result = self.fs.cat_file(path, start=limits[0], end=limits[1])
+        except Exception as error:
+            result = error
+        return self._outcome(key, path, limits, result)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+        keys = list(keys)
+        if len(keys) == 1:
+            return {keys[0]: self.get(keys[0])}
+        return dict(zip(keys, self._read_batch([(key, None) for key in keys]), strict=True))
+
+    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+        return self._read_batch(list(requests))
+
+    def _isfile(self, key: str, path: str) -> bool:
+        try:
+            return bool(self.fs.isfile(path))
+        except _MISSING:
+            return False
+        except Exception as error:
+            raise self._error("read", key, error) from error
+
+    def exists(self, key: str) -> bool:
+        return self._isfile(key, self._path(key))
+
+    # -- writing -----------------------------------------------------------------
+    def set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        self._check_writable(key)
+        if self._local is not None:
+            return self._local.set(key, value)
+        value = value if isinstance(value, bytes) else bytes(value)
+        try:
+            try:
+                self.fs.pipe_file(path, value)
+            except FileNotFoundError:
+                # Hierarchical file systems (sftp, hdfs, ...) need the folder first.
+                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+                self.fs.pipe_file(path, value)
+        except Exception as error:
+            raise self._error("write", key, error) from error
+
+    def set_many(self, items: Mapping[str, bytes]) -> None:
+        for key in items:
+            self._check_writable(validate_key(key))
+        if self._local is not None:
+            return self._local.set_many(items)
+        if len(items) < 2:
+            for key, value in items.items():
+                self.set(key, value)
+            return
+        try:
+            self.fs.pipe(
+                {self._path(key): value if isinstance(value, bytes) else bytes(value) for key, value in items.items()}
+            )
+        except Exception:
+            # Some of the batch may be written; writing it key by key (idempotent)
+            # creates missing folders or reports the key that fails.
+            for key, value in items.items():
+                self.set(key, value)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        self._check_writable(key)
+        if self._local is not None:
+            return self._local.delete(key)
+        try:
+            self.fs.rm_file(path)
+        except _MISSING:
+            pass
+        except Exception as error:
+            raise self._error("delete", key, error) from error
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        for key in keys:
+            self._check_writable(validate_key(key))
+        if self._local is not None:
+            return self._local.delete_many(keys)
+        for key in keys:
+            self.delete(key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        self._check_writable(validate_prefix(prefix))
+        if self._local is not None:
+            return self._local.delete_prefix(prefix)
+        folder = (self._prefix + prefix).rstrip("/") or self._prefix
+        if (
+            (prefix and not prefix.endswith("/"))
+            or _GLOB_CHARACTERS.search(folder)
+            or (prefix and self._isfile(prefix, folder))
+        ):
+            # A string prefix, one fs.rm would expand as a glob, or one that is also
+            # a key (which fs.rm would delete with it): key by key.
+            self.delete_many(list(self.list_prefix(prefix)))
+            return
+        try:
+            self.fs.rm(folder, recursive=True)
+        except _MISSING:
+            pass
+        except Exception as error:
+            raise self._error("delete", prefix, error) from error
+
+    # -- listing -----------------------------------------------------------------
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        validate_prefix(prefix)
+        folder_key = prefix.rpartition("/")[0]
+        folder = (self._prefix + folder_key).rstrip("/") or self._prefix
+        try:
+            paths = self.fs.find(folder)
+        except _MISSING:
+            return iter([])
+        except Exception as error:
+            raise self._error("list", prefix, error) from error
+        keys = (self._key(path) for path in paths)
+        return iter([key for key in keys if key is not None and key.startswith(prefix) and not self._is_temporary(key)])
+
+    def list_dir(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        folder = (self._prefix + prefix).rstrip("/") or self._prefix
+        try:
+            paths = self.fs.ls(folder, detail=False)
+        except _MISSING:
+            return []
+        except Exception as error:
+            raise self._error("list", prefix, error) from error
+        names = set()
+        for path in paths:
+            key = self._key(path)
+            # ls of a file lists the file itself: not below the prefix, skipped
+            if key is not None and key.startswith(prefix) and len(key) > len(prefix):
+                name = key[len(prefix) :].partition("/")[0]
+                if not self._is_temporary(name):
+                    names.add(name)
+        return sorted(names)
+
+    def _is_temporary(self, key: str) -> bool:
+        # Only LocalStore writes temporary files; elsewhere such a name is a real key.
+        return self._local is not None and is_temporary_name(key.rpartition("/")[2])
+
+    # -- identity ----------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, FsspecStore)
+            and other.fs == self.fs
+            and (other.root, other.read_only) == (self.root, self.read_only)
+        )
+
+    def __hash__(self) -> int:
+        return hash((FsspecStore, self.root, self.read_only))
+
+    def __repr__(self) -> str:
+        flag = ", read_only=True" if self.read_only else ""
+        return f"FsspecStore({self.fs.unstrip_protocol(self.root)!r}{flag})"
