@@ -33,8 +33,8 @@ class ZarrxError(Exception):
     """Base class of every error raised by zarrx."""
 
 
-class NodeNotFoundError(ZarrxError, FileNotFoundError):
-    """No array or group exists at the requested path."""
+class NodeNotFoundError(ZarrxError, FileNotFoundError, KeyError):
+    """No array or group exists at the requested path (also a KeyError, for ``group[name]``)."""
 
 
 class ContainsArrayError(ZarrxError, FileExistsError):

@@ -44,6 +44,13 @@ def parse_extension(value: Any, field_name: str) -> Extension:
     must_understand = value.get("must_understand", True)
     if not isinstance(must_understand, bool):
         raise MetadataError(f"{field_name}.must_understand: expected a boolean, found {must_understand!r}")
+    unexpected = set(value) - {"name", "configuration", "must_understand"}
+    if unexpected:
+        # e.g. {"name": "v2", "separator": "/"}: ignoring it would silently misread every key
+        raise MetadataError(
+            f"{field_name}: unexpected members {sorted(unexpected)} in extension {name!r} "
+            "(settings belong in 'configuration')"
+        )
     return Extension(name, configuration, must_understand)
 
 

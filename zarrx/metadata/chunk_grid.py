@@ -1,0 +1,76 @@
+"""Chunk grids (core spec, "Chunk grids"; ``chunk-grids/regular-grid``).
+
+Only the ``regular`` grid is defined by the accepted spec: every chunk has
+``chunk_shape``, and chunks at the upper edge of the array are stored at full
+size (the part past the array's end holds the fill value).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import itertools
+
+from zarrx.errors import MetadataError, UnsupportedExtensionError
+from zarrx.metadata.extension import parse_extension
+
+__all__ = ["RegularChunkGrid", "parse_chunk_grid", "parse_shape"]
+
+
+def parse_shape(value: Any, field_name: str, *, minimum: int = 0) -> tuple[int, ...]:
+    """A JSON array of integers >= ``minimum``."""
+    if not isinstance(value, (list, tuple)):
+        raise MetadataError(f"{field_name}: expected a list of integers, found {type(value).__name__} {value!r}")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < minimum:
+            raise MetadataError(f"{field_name}: expected integers >= {minimum}, found {item!r} in {list(value)!r}")
+    return tuple(int(item) for item in value)
+
+
+@dataclass(frozen=True)
+class RegularChunkGrid:
+    name = "regular"
+    chunk_shape: tuple[int, ...]
+
+    @classmethod
+    def from_json(cls, value: Any) -> "RegularChunkGrid":
+        extension = parse_extension(value, "chunk_grid")
+        if extension.name != cls.name:
+            raise UnsupportedExtensionError(
+                f"chunk_grid: unknown chunk grid {extension.name!r}; zarrx supports 'regular'"
+            )
+        unexpected = set(extension.configuration) - {"chunk_shape"}
+        if unexpected:
+            raise MetadataError(f"chunk_grid.configuration: unexpected members {sorted(unexpected)}")
+        if "chunk_shape" not in extension.configuration:
+            raise MetadataError("chunk_grid.configuration.chunk_shape: missing")
+        chunk_shape = parse_shape(
+            extension.configuration["chunk_shape"], "chunk_grid.configuration.chunk_shape", minimum=1
+        )
+        return cls(chunk_shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "configuration": {"chunk_shape": list(self.chunk_shape)}}
+
+    def validate(self, shape: tuple[int, ...]) -> None:
+        if len(self.chunk_shape) != len(shape):
+            raise MetadataError(
+                f"chunk_grid.configuration.chunk_shape: expected {len(shape)} dimensions to match shape "
+                f"{list(shape)}, found {list(self.chunk_shape)}"
+            )
+
+    def grid_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Number of chunks along each dimension."""
+        return tuple(math.ceil(s / c) for s, c in zip(shape, self.chunk_shape))
+
+    def all_chunk_coords(self, shape: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(n) for n in self.grid_shape(shape)))
+
+    def nchunks(self, shape: tuple[int, ...]) -> int:
+        return math.prod(self.grid_shape(shape))
+
+
+def parse_chunk_grid(value: Any) -> RegularChunkGrid:
+    return RegularChunkGrid.from_json(value)

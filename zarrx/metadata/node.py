@@ -1,0 +1,325 @@
+"""Array and group metadata documents (core spec, "Metadata").
+
+:class:`ArrayMetadata` and :class:`GroupMetadata` are frozen dataclasses built by
+``from_json`` from small ``parse_<field>`` helpers; ``to_json`` is the exact
+inverse, in canonical form. :func:`parse_node_metadata` reads the raw bytes of a
+``zarr.json`` and returns either.
+
+Every error is a :class:`~zarrx.errors.MetadataError` (or a subclass) whose
+message names the document key and the field. Unknown top-level members follow
+the ``must_understand`` rule: an object with ``"must_understand": false`` is
+kept (and written back) but otherwise ignored; anything else unknown refuses
+to open with :class:`~zarrx.errors.UnsupportedExtensionError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.dtypes import DataType, parse_data_type
+from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
+from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
+from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
+from zarrx.metadata.extension import Extension, parse_extension
+
+__all__ = [
+    "ArrayMetadata",
+    "GroupMetadata",
+    "ConsolidatedMetadata",
+    "parse_node_metadata",
+    "encode_json",
+    "decode_json",
+]
+
+ARRAY_FIELDS = (
+    "zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
+    "fill_value", "codecs", "attributes", "dimension_names", "storage_transformers",
+)  # fmt: skip
+GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata")
+
+
+def decode_json(raw: bytes, key: str) -> dict[str, Any]:
+    """Parse a metadata document's bytes into a JSON object, naming ``key`` on failure."""
+    if not raw:
+        raise MetadataError(f"{key}: the metadata document is empty")
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise MetadataError(f"{key}: not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise MetadataError(f"{key}: expected a JSON object, found {type(document).__name__}")
+    return document
+
+
+def encode_json(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, indent=2, ensure_ascii=False).encode()
+
+
+def parse_zarr_format(value: Any) -> int:
+    if value != 3 or isinstance(value, bool):
+        raise MetadataError(f"zarr_format: expected 3, found {value!r}")
+    return 3
+
+
+def parse_node_type(value: Any, expected: str) -> str:
+    if value != expected:
+        raise MetadataError(f"node_type: expected {expected!r}, found {value!r}")
+    return expected
+
+
+def parse_attributes(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MetadataError(f"attributes: expected an object, found {type(value).__name__} {value!r}")
+    return value
+
+
+def parse_dimension_names(value: Any, ndim: int) -> tuple[str | None, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(v is None or isinstance(v, str) for v in value):
+        raise MetadataError(f"dimension_names: expected a list of strings or nulls, found {value!r}")
+    if len(value) != ndim:
+        raise MetadataError(
+            f"dimension_names: expected {ndim} names (one per dimension of shape), found {len(value)}: {list(value)!r}"
+        )
+    return tuple(value)
+
+
+def parse_storage_transformers(value: Any) -> tuple[dict[str, Any], ...]:
+    """Storage transformers: zarrx knows none, so only optional (``must_understand: false``) ones pass."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise MetadataError(f"storage_transformers: expected a list, found {value!r}")
+    for index, item in enumerate(value):
+        extension = parse_extension(item, f"storage_transformers[{index}]")
+        if extension.must_understand:
+            raise UnsupportedExtensionError(
+                f"storage_transformers[{index}]: unknown storage transformer {extension.name!r} "
+                "that must be understood"
+            )
+    return tuple(value)
+
+
+def parse_extra_fields(document: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    """Unknown top-level members: kept when ``must_understand`` is false, refused otherwise."""
+    extra = {name: value for name, value in document.items() if name not in known}
+    for name, value in extra.items():
+        if not (isinstance(value, Mapping) and value.get("must_understand") is False):
+            raise UnsupportedExtensionError(
+                f"{name}: unknown metadata field that must be understood "
+                "(only fields whose value has \"must_understand\": false may be ignored)"
+            )
+    return extra
+
+
+def _require(document: Mapping[str, Any], name: str) -> Any:
+    if name not in document:
+        raise MetadataError(f"{name}: missing required field")
+    return document[name]
+
+
+@dataclass(frozen=True)
+class ArrayMetadata:
+    shape: tuple[int, ...]
+    data_type: DataType
+    chunk_grid: RegularChunkGrid
+    chunk_key_encoding: ChunkKeyEncoding
+    fill_value: Any
+    codecs: CodecPipeline
+    attributes: dict[str, Any] = field(default_factory=dict)
+    dimension_names: tuple[str | None, ...] | None = None
+    storage_transformers: tuple[dict[str, Any], ...] = ()
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+    zarr_format: int = 3
+    node_type: str = "array"
+
+    def __post_init__(self) -> None:
+        self.chunk_grid.validate(self.shape)
+        if self.dimension_names is not None:
+            parse_dimension_names(list(self.dimension_names), len(self.shape))
+        self.codecs.validate(self.chunk_spec)
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any], key: str = "zarr.json") -> "ArrayMetadata":
+        with _naming(key):
+            parse_zarr_format(_require(document, "zarr_format"))
+            parse_node_type(_require(document, "node_type"), "array")
+            shape = parse_shape(_require(document, "shape"), "shape")
+            data_type = parse_data_type(_require(document, "data_type"))
+            return cls(
+                shape=shape,
+                data_type=data_type,
+                chunk_grid=parse_chunk_grid(_require(document, "chunk_grid")),
+                chunk_key_encoding=parse_chunk_key_encoding(_require(document, "chunk_key_encoding")),
+                fill_value=data_type.fill_value_from_json(_require(document, "fill_value")),
+                codecs=CodecPipeline.from_json(_require(document, "codecs")),
+                attributes=parse_attributes(document.get("attributes")),
+                dimension_names=parse_dimension_names(document.get("dimension_names"), len(shape)),
+                storage_transformers=parse_storage_transformers(document.get("storage_transformers")),
+                extra_fields=parse_extra_fields(document, ARRAY_FIELDS),
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "zarr_format": 3,
+            "node_type": "array",
+            "shape": list(self.shape),
+            "data_type": self.data_type.to_json(),
+            "chunk_grid": self.chunk_grid.to_json(),
+            "chunk_key_encoding": self.chunk_key_encoding.to_json(),
+            "fill_value": self.data_type.fill_value_to_json(self.fill_value),
+            "codecs": self.codecs.to_json(),
+            "attributes": self.attributes,
+        }
+        if self.dimension_names is not None:
+            document["dimension_names"] = list(self.dimension_names)
+        if self.storage_transformers:
+            document["storage_transformers"] = list(self.storage_transformers)
+        document.update(self.extra_fields)
+        return document
+
+    def to_bytes(self) -> bytes:
+        return encode_json(self.to_json())
+
+    # -- derived --------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data_type.numpy_dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self.chunk_grid.chunk_shape
+
+    @property
+    def chunk_spec(self) -> ChunkSpec:
+        return ChunkSpec(self.chunk_grid.chunk_shape, self.data_type, self.fill_value)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return self.chunk_grid.grid_shape(self.shape)
+
+    @property
+    def nchunks(self) -> int:
+        return math.prod(self.grid_shape)
+
+    def chunk_key(self, chunk_coords: tuple[int, ...]) -> str:
+        return self.chunk_key_encoding.encode(chunk_coords)
+
+    def evolve(self, **changes: Any) -> "ArrayMetadata":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ConsolidatedMetadata:
+    """zarr-python 3's inline consolidated metadata: child documents keyed by relative path."""
+
+    metadata: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, value: Any) -> "ConsolidatedMetadata | None":
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise MetadataError(f"consolidated_metadata: expected an object, found {value!r}")
+        kind = value.get("kind", "inline")
+        if kind != "inline":
+            raise MetadataError(f"consolidated_metadata.kind: expected 'inline', found {kind!r}")
+        metadata = value.get("metadata", {})
+        if not isinstance(metadata, Mapping) or not all(isinstance(v, Mapping) for v in metadata.values()):
+            raise MetadataError("consolidated_metadata.metadata: expected an object of metadata objects")
+        return cls({str(path): dict(document) for path, document in metadata.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "inline", "must_understand": False, "metadata": self.metadata}
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    attributes: dict[str, Any] = field(default_factory=dict)
+    consolidated_metadata: ConsolidatedMetadata | None = None
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+    zarr_format: int = 3
+    node_type: str = "group"
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any], key: str = "zarr.json") -> "GroupMetadata":
+        with _naming(key):
+            parse_zarr_format(_require(document, "zarr_format"))
+            parse_node_type(_require(document, "node_type"), "group")
+            return cls(
+                attributes=parse_attributes(document.get("attributes")),
+                consolidated_metadata=ConsolidatedMetadata.from_json(document.get("consolidated_metadata")),
+                extra_fields=parse_extra_fields(document, GROUP_FIELDS),
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"zarr_format": 3, "node_type": "group", "attributes": self.attributes}
+        if self.consolidated_metadata is not None:
+            document["consolidated_metadata"] = self.consolidated_metadata.to_json()
+        document.update(self.extra_fields)
+        return document
+
+    def to_bytes(self) -> bytes:
+        return encode_json(self.to_json())
+
+    def evolve(self, **changes: Any) -> "GroupMetadata":
+        return replace(self, **changes)
+
+
+NodeMetadata = ArrayMetadata | GroupMetadata
+
+NODE_TYPES: dict[str, type[ArrayMetadata] | type[GroupMetadata]] = {
+    "array": ArrayMetadata,
+    "group": GroupMetadata,
+}
+
+
+def parse_node_metadata(document: Mapping[str, Any] | bytes, key: str = "zarr.json") -> NodeMetadata:
+    """Parse a ``zarr.json`` (bytes or an already decoded object) into array or group metadata."""
+    if isinstance(document, (bytes, bytearray, memoryview)):
+        document = decode_json(bytes(document), key)
+    node_type = document.get("node_type")
+    cls = NODE_TYPES.get(node_type) if isinstance(node_type, str) else None
+    if cls is None:
+        with _naming(key):
+            parse_zarr_format(document.get("zarr_format"))
+            raise MetadataError(f"node_type: expected 'array' or 'group', found {node_type!r}")
+    return cls.from_json(document, key)
+
+
+class _naming:
+    """Prefix MetadataErrors raised inside with the document key, once."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type | None, error: BaseException | None, traceback: Any) -> bool:
+        if error is None:
+            return False
+        if isinstance(error, MetadataError):
+            if not str(error).startswith(f"{self.key}: "):
+                raise type(error)(f"{self.key}: {error}") from None
+            return False
+        if isinstance(error, ZarrxError):
+            return False
+        if isinstance(error, (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError)):
+            # a parse_* helper missed a case: still name the document rather than leak a bare error
+            raise MetadataError(f"{self.key}: invalid metadata ({type(error).__name__}: {error})") from error
+        return False
