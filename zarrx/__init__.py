@@ -1,3 +1,24 @@
-"""zarrx: Zarr v3 for the dask/xarray world."""
+"""zarrx: Zarr v3 for the dask/xarray world.
+
+Open a hierarchy with :func:`open`, :func:`open_group` or :func:`open_array`,
+create one with :func:`create_group` / :func:`create_array`; arrays index like
+NumPy and groups like dicts. Errors are in :mod:`zarrx.errors`.
+"""
+
+from zarrx.api import consolidate_metadata, create_array, create_group, open, open_array, open_group
+from zarrx.array import Array
+from zarrx.group import Group
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Array",
+    "Group",
+    "open",
+    "open_array",
+    "open_group",
+    "create_array",
+    "create_group",
+    "consolidate_metadata",
+    "__version__",
+]

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+# One sample per data type zarrx supports: (dtype argument to create_array, value generator)
+def _structured():
+    return np.dtype([("x", "<f4"), ("n", "<i2"), ("tag", "S3")])
+
+
+DTYPES = {
+    "bool": "bool",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "float16": "float16",
+    "float32": "float32",
+    "float64": "float64",
+    "complex64": "complex64",
+    "complex128": "complex128",
+    "r24": "r24",
+    "string": "string",
+    "bytes": "bytes",
+    "fixed_length_utf32": "<U5",
+    "null_terminated_bytes": "S4",
+    "datetime64": "M8[ns]",
+    "timedelta64": "m8[10s]",
+    "struct": _structured(),
+}
+
+
+def sample_values(name, dtype, shape, seed=0):
+    """Deterministic values of ``dtype`` (the array's numpy dtype) with the given shape."""
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    kind = dtype.kind
+    if name == "string":
+        words = np.array(["", "a", "héllo", "日本語", "x" * 40, "zarr\u0000x"], dtype=object)
+        return np.asarray(words[rng.integers(0, len(words), size)].reshape(shape), dtype=dtype)
+    if name == "bytes":
+        words = [b"", b"\x00\x01", b"abc", bytes(range(256))]
+        out = np.empty(size, dtype=object)
+        out[:] = [words[i] for i in rng.integers(0, len(words), size)]
+        return out.reshape(shape)
+    if kind == "b":
+        return rng.integers(0, 2, size).astype(bool).reshape(shape)
+    if kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True).reshape(shape)
+    if kind == "f":
+        values = rng.standard_normal(size).astype(dtype) * 100
+        if size > 3:
+            values[:3] = [np.nan, np.inf, -0.0]
+        return values.reshape(shape)
+    if kind == "c":
+        return (rng.standard_normal(size) + 1j * rng.standard_normal(size)).astype(dtype).reshape(shape)
+    if kind == "V" and dtype.names is None:
+        return rng.integers(0, 256, size * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+    if kind == "U":
+        letters = np.array(list("abcdé日"))
+        return np.array(["".join(rng.choice(letters, rng.integers(0, 6))) for _ in range(size)], dtype=dtype).reshape(shape)
+    if kind == "S":
+        return np.array([bytes(rng.integers(1, 256, rng.integers(0, 5), dtype=np.uint8)) for _ in range(size)], dtype=dtype).reshape(shape)
+    if kind in "mM":
+        return rng.integers(-(2**40), 2**40, size).astype(dtype).reshape(shape)
+    if dtype.names:
+        out = np.zeros(size, dtype=dtype)
+        for field in dtype.names:
+            out[field] = sample_values(field, dtype[field], (size,), seed + 1)
+        return out.reshape(shape)
+    raise AssertionError(f"no sample for {dtype}")
+
+
+def assert_same(actual, expected):
+    """Equal values, NaN equal to NaN, including dtype."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if expected.dtype.kind in "fc":
+        np.testing.assert_array_equal(actual, expected)  # treats NaN == NaN
+        # signs of zeros too
+        np.testing.assert_array_equal(np.signbit(actual.real), np.signbit(expected.real))
+    elif expected.dtype.kind == "V":
+        assert actual.tobytes() == expected.tobytes()
+    else:
+        assert (actual == expected).all() if actual.size else True
+
+
+@pytest.fixture(params=sorted(DTYPES))
+def dtype_name(request):
+    return request.param

@@ -1,0 +1,439 @@
+"""The user-facing Zarr array.
+
+:class:`Array` binds a store, a node path and :class:`ArrayMetadata`. Indexing
+follows NumPy: ``arr[...]`` takes ints, slices with any step and Ellipsis (and,
+like NumPy, integer/boolean arrays, then as outer indexing), ``arr.oindex[...]``
+is outer (orthogonal) indexing, ``arr.vindex[...]`` coordinate indexing. All
+chunk I/O is in :mod:`zarrx.chunk_io`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from zarrx.attributes import Attributes
+from zarrx.chunk_io import ChunkLayout, as_array_of, is_all_fill, read_selection, write_selection
+from zarrx.errors import MetadataError, ReadOnlyError, SelectionError
+from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
+from zarrx.metadata.chunk_grid import parse_shape
+from zarrx.metadata.node import ArrayMetadata
+from zarrx.storage.paths import join_key
+from zarrx.storage.store import Store
+
+__all__ = ["Array", "ArrayInfo"]
+
+
+def _is_basic(selection: Any) -> bool:
+    items = selection if isinstance(selection, tuple) else (selection,)
+    return all(
+        item is Ellipsis or isinstance(item, slice) or (np.ndim(item) == 0 and not isinstance(item, (list, np.ndarray)))
+        for item in items
+    )
+
+
+class Array:
+    """A Zarr array in a store.
+
+    Open or create one with :func:`zarrx.open_array` / :func:`zarrx.create_array`.
+
+    Examples
+    --------
+    >>> import zarrx, numpy as np
+    >>> arr = zarrx.create_array({}, shape=(4, 6), chunks=(2, 3), dtype="int32", fill_value=0)
+    >>> arr[1:3, ::2] = 7
+    >>> arr[:, 0]
+    array([0, 7, 7, 0], dtype=int32)
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        path: str,
+        metadata: ArrayMetadata,
+        *,
+        read_only: bool = False,
+        write_empty_chunks: bool = False,
+    ) -> None:
+        self._store = store
+        self._path = path
+        self._metadata = metadata
+        self._read_only = read_only or store.read_only
+        self.write_empty_chunks = write_empty_chunks
+
+    # -- description ------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def name(self) -> str:
+        return "/" + self._path
+
+    @property
+    def basename(self) -> str:
+        return self._path.rsplit("/", 1)[-1]
+
+    @property
+    def metadata(self) -> ArrayMetadata:
+        return self._metadata
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._metadata.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._metadata.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole array in memory (fixed-size types; variable-length count their pointers)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self._metadata.chunks
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        return None
+
+    @property
+    def fill_value(self) -> Any:
+        return self._metadata.fill_value
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        return self._metadata.dimension_names
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self)
+
+    @property
+    def codecs(self) -> tuple:
+        pipeline = self._metadata.codecs
+        return (*pipeline.array_array, pipeline.array_bytes, *pipeline.bytes_bytes)
+
+    @property
+    def nchunks(self) -> int:
+        return self._metadata.nchunks
+
+    @property
+    def cdata_shape(self) -> tuple[int, ...]:
+        return self._metadata.grid_shape
+
+    @property
+    def nchunks_initialized(self) -> int:
+        return sum(1 for _ in self._stored_chunk_keys())
+
+    @property
+    def nbytes_stored(self) -> int:
+        keys = [self._metadata_key, *self._stored_chunk_keys()]
+        return sum(len(v) for v in self._store.get_many(keys).values() if v is not None)
+
+    @property
+    def _layout(self) -> ChunkLayout:
+        return ChunkLayout(self._store, self._path, self._metadata)
+
+    @property
+    def _metadata_key(self) -> str:
+        return join_key(self._path, "zarr.json")
+
+    def _stored_chunk_keys(self) -> Iterator[str]:
+        prefix = join_key(self._path, "")
+        grid = self._metadata.grid_shape
+        decode = self._metadata.chunk_key_encoding.decode
+        for key in self._store.list_prefix(prefix):
+            coords = decode(key[len(prefix) :])
+            if coords is not None and len(coords) == len(grid) and all(c < g for c, g in zip(coords, grid)):
+                yield key
+
+    def __repr__(self) -> str:
+        return f"<zarrx.Array {self._store!r} {self.name!r} shape={self.shape} dtype={self.dtype}>"
+
+    @property
+    def info(self) -> "ArrayInfo":
+        """A summary that needs no store access."""
+        return ArrayInfo.from_array(self, complete=False)
+
+    def info_complete(self) -> "ArrayInfo":
+        """:attr:`info` plus stored bytes and initialized chunks (lists the store)."""
+        return ArrayInfo.from_array(self, complete=True)
+
+    # -- reading and writing -------------------------------------------------------------
+    def __getitem__(self, selection: Any) -> Any:
+        if _is_basic(selection):
+            return self.get_basic_selection(selection)
+        return self.get_orthogonal_selection(selection)
+
+    def _scalar_or_array(self, out: np.ndarray, selection: Any) -> Any:
+        # like NumPy: integer-only selections give a scalar, anything with Ellipsis or a slice an array
+        items = selection if isinstance(selection, tuple) else (selection,)
+        if out.ndim == 0 and Ellipsis not in items:
+            return out[()]
+        return out
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        if _is_basic(selection):
+            self.set_basic_selection(selection, value)
+        else:
+            self.set_orthogonal_selection(selection, value)
+
+    def get_basic_selection(self, selection: Any = Ellipsis) -> Any:
+        return self._scalar_or_array(self._read(BasicIndexer(selection, self.shape, self.chunks)), selection)
+
+    def set_basic_selection(self, selection: Any, value: Any) -> None:
+        self._write(BasicIndexer(selection, self.shape, self.chunks), value)
+
+    def get_orthogonal_selection(self, selection: Any) -> Any:
+        return self._scalar_or_array(self._read(OrthogonalIndexer(selection, self.shape, self.chunks)), selection)
+
+    def set_orthogonal_selection(self, selection: Any, value: Any) -> None:
+        self._write(OrthogonalIndexer(selection, self.shape, self.chunks), value)
+
+    def get_coordinate_selection(self, selection: Any) -> np.ndarray:
+        indexer = VectorizedIndexer(selection, self.shape, self.chunks)
+        out = np.empty(math.prod(indexer.shape), dtype=self.dtype)
+        read_selection(self._layout, indexer, out)
+        return out.reshape(indexer.shape)
+
+    def set_coordinate_selection(self, selection: Any, value: Any) -> None:
+        indexer = VectorizedIndexer(selection, self.shape, self.chunks)
+        value = as_array_of(value, self.dtype, indexer.shape).reshape(-1)
+        self._check_writable()
+        write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
+
+    @property
+    def oindex(self) -> "_OIndex":
+        return _OIndex(self)
+
+    @property
+    def vindex(self) -> "_VIndex":
+        return _VIndex(self)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self[...]
+        data = np.asarray(data)
+        return data if dtype is None else data.astype(dtype)
+
+    def _read(self, indexer: BasicIndexer | OrthogonalIndexer) -> np.ndarray:
+        out = np.empty(indexer.shape, dtype=self.dtype)
+        return read_selection(self._layout, indexer, out)
+
+    def _write(self, indexer: BasicIndexer | OrthogonalIndexer, value: Any) -> None:
+        self._check_writable()
+        value = as_array_of(value, self.dtype, indexer.shape)
+        write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise ReadOnlyError(f"array {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write")
+
+    # -- metadata changes ------------------------------------------------------------------
+    def _get_attributes(self) -> dict[str, Any]:
+        return self._metadata.attributes
+
+    def _set_attributes(self, attributes: dict[str, Any]) -> None:
+        self._update_metadata(self._metadata.evolve(attributes=attributes))
+
+    def _update_metadata(self, metadata: ArrayMetadata) -> None:
+        self._check_writable()
+        self._store.set(self._metadata_key, metadata.to_bytes())
+        self._metadata = metadata
+
+    def resize(self, *shape: Any) -> None:
+        """Change the shape. Chunks wholly outside the new shape are deleted, and the part of a
+        boundary chunk past the new edge is reset to the fill value, so growing the array later
+        shows fill values there, never stale data."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        new_shape = parse_shape(list(shape), "shape")
+        if len(new_shape) != self.ndim:
+            raise MetadataError(f"shape: resize keeps the number of dimensions ({self.ndim}), found {new_shape}")
+        self._check_writable()
+        old = self._metadata
+        new = old.evolve(shape=new_shape)
+        chunks = old.chunks
+        to_delete, to_trim = [], []
+        for coords in old.chunk_grid.all_chunk_coords(old.shape):
+            starts = [c * s for c, s in zip(coords, chunks)]
+            if any(start >= length for start, length in zip(starts, new_shape)):
+                to_delete.append(self._layout.chunk_key(coords))
+            elif any(length < min(start + size, old_length)
+                     for start, size, length, old_length in zip(starts, chunks, new_shape, old.shape)):
+                to_trim.append(coords)
+        self._trim_chunks(new, to_trim)
+        if to_delete:
+            self._store.delete_many(to_delete)
+        self._update_metadata(new)
+
+    def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> None:
+        """Reset to fill value the part of each chunk that lies past the new shape."""
+        layout = ChunkLayout(self._store, self._path, new)
+        keys = [layout.chunk_key(coords) for coords in chunk_coords]
+        stored = self._store.get_many(keys)
+        updates, deletes = {}, []
+        for coords, key in zip(chunk_coords, keys):
+            raw = stored.get(key)
+            if raw is None:
+                continue
+            chunk = np.array(layout.decode_chunk(raw, key), copy=True)
+            keep = layout.chunk_region(coords)
+            trimmed = layout.empty_chunk()
+            trimmed[keep] = chunk[keep]
+            if not self.write_empty_chunks and is_all_fill(trimmed, new.fill_value):
+                deletes.append(key)
+            else:
+                updates[key] = layout.pipeline.encode(trimmed, layout.spec)
+        if updates:
+            self._store.set_many(updates)
+        if deletes:
+            self._store.delete_many(deletes)
+
+    def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
+        """Grow along ``axis`` and write ``data`` into the new part; returns the new shape."""
+        data = np.asarray(data, dtype=self.dtype) if not isinstance(data, np.ndarray) else data
+        if data.ndim != self.ndim:
+            raise SelectionError(f"append needs data with {self.ndim} dimensions, found {data.ndim}")
+        if not -self.ndim <= axis < self.ndim:
+            raise SelectionError(f"axis {axis} is out of range for an array of {self.ndim} dimensions")
+        axis %= self.ndim
+        for dim, (have, new) in enumerate(zip(self.shape, data.shape)):
+            if dim != axis and have != new:
+                raise SelectionError(
+                    f"append along axis {axis} needs data shape {self.shape[:axis]}+(n,)+{self.shape[axis + 1:]}, "
+                    f"found {data.shape}"
+                )
+        old_length = self.shape[axis]
+        new_shape = tuple(s + data.shape[axis] if d == axis else s for d, s in enumerate(self.shape))
+        self.resize(new_shape)
+        region = tuple(slice(old_length, None) if d == axis else slice(None) for d in range(self.ndim))
+        self[region] = data
+        return new_shape
+
+    def to_dask(self, chunks: Any = None) -> Any:
+        """A dask array reading this array lazily (see :func:`zarrx.from_zarr`)."""
+        from zarrx.dask import array_to_dask
+
+        return array_to_dask(self, chunks=chunks)
+
+
+class _OIndex:
+    def __init__(self, array: Array) -> None:
+        self._array = array
+
+    def __getitem__(self, selection: Any) -> Any:
+        return self._array.get_orthogonal_selection(selection)
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        self._array.set_orthogonal_selection(selection, value)
+
+
+class _VIndex:
+    def __init__(self, array: Array) -> None:
+        self._array = array
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        return self._array.get_coordinate_selection(selection)
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        self._array.set_coordinate_selection(selection, value)
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    store: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+    data_type: Any
+    fill_value: Any
+    codecs: list[Any]
+    dimension_names: Any
+    read_only: bool
+    nbytes: int
+    nchunks: int
+    nbytes_stored: int | None = None
+    nchunks_initialized: int | None = None
+
+    @classmethod
+    def from_array(cls, array: Array, *, complete: bool) -> "ArrayInfo":
+        return cls(
+            name=array.name,
+            store=repr(array.store),
+            shape=array.shape,
+            chunks=array.chunks,
+            dtype=str(array.dtype),
+            data_type=array.metadata.data_type.to_json(),
+            fill_value=array.metadata.data_type.fill_value_to_json(array.fill_value),
+            codecs=array.metadata.codecs.to_json(),
+            dimension_names=array.dimension_names,
+            read_only=array.read_only,
+            nbytes=array.nbytes,
+            nchunks=array.nchunks,
+            nbytes_stored=array.nbytes_stored if complete else None,
+            nchunks_initialized=array.nchunks_initialized if complete else None,
+        )
+
+    def __str__(self) -> str:
+        rows = [
+            ("Type", "zarrx.Array"),
+            ("Name", self.name),
+            ("Store", self.store),
+            ("Shape", self.shape),
+            ("Chunk shape", self.chunks),
+            ("Data type", f"{self.data_type} ({self.dtype})"),
+            ("Fill value", self.fill_value),
+            ("Codecs", self.codecs),
+            ("Dimension names", self.dimension_names),
+            ("Read-only", self.read_only),
+            ("No. bytes", f"{self.nbytes} ({_human(self.nbytes)})"),
+            ("Chunks", self.nchunks),
+        ]
+        if self.nbytes_stored is not None:
+            ratio = f"{self.nbytes / self.nbytes_stored:.1f}" if self.nbytes_stored else "-"
+            rows += [
+                ("No. bytes stored", f"{self.nbytes_stored} ({_human(self.nbytes_stored)})"),
+                ("Storage ratio", ratio),
+                ("Chunks initialized", f"{self.nchunks_initialized}/{self.nchunks}"),
+            ]
+        width = max(len(label) for label, _ in rows)
+        return "\n".join(f"{label:<{width}} : {value}" for label, value in rows)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def _human(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
+        nbytes /= 1024
+    return str(nbytes)

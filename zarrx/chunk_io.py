@@ -1,0 +1,155 @@
+"""Reading and writing selections chunk by chunk: the one place chunk I/O happens.
+
+:func:`read_selection` fetches every chunk a selection touches in one batched
+store call, decodes them on the thread pool and copies each straight into the
+output array; absent chunks become the fill value. :func:`write_selection`
+encodes every touched chunk (reading, merging and rewriting the partially
+covered ones) and stores them in one batch; a chunk that ends up all fill value
+is deleted instead of stored unless ``write_empty_chunks`` is set.
+
+Both work on a :class:`ChunkLayout`: where an array's chunks live (store, key
+prefix, key encoding) and how they are coded (pipeline, chunk spec) -- exactly
+what a dask task needs, and light to pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.concurrency import map_concurrent
+from zarrx.errors import ChunkEncodeError, SelectionError
+from zarrx.indexing import ChunkProjection
+from zarrx.metadata.node import ArrayMetadata
+from zarrx.storage.paths import join_key
+from zarrx.storage.store import Store
+
+__all__ = ["ChunkLayout", "read_selection", "write_selection", "is_all_fill", "as_array_of"]
+
+_UINT_BY_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    store: Store
+    path: str
+    metadata: ArrayMetadata
+
+    @property
+    def spec(self) -> ChunkSpec:
+        return self.metadata.chunk_spec
+
+    @property
+    def pipeline(self) -> CodecPipeline:
+        return self.metadata.codecs
+
+    def chunk_key(self, chunk_coords: tuple[int, ...]) -> str:
+        return join_key(self.path, self.metadata.chunk_key(chunk_coords))
+
+    def chunk_region(self, chunk_coords: tuple[int, ...]) -> tuple[slice, ...]:
+        """The in-bounds part of a chunk, in chunk-local coordinates."""
+        return tuple(
+            slice(0, min(size, length - index * size))
+            for index, size, length in zip(chunk_coords, self.metadata.chunks, self.metadata.shape)
+        )
+
+    def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
+        return self.pipeline.decode(raw, self.spec, key=key)
+
+    def empty_chunk(self) -> np.ndarray:
+        return np.full(self.metadata.chunks, self.metadata.fill_value, dtype=self.metadata.dtype)
+
+
+def as_array_of(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` cast to ``dtype`` and broadcast to ``shape`` (a view; never copies needlessly)."""
+    try:
+        array = value if isinstance(value, np.ndarray) and value.dtype == dtype else np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ChunkEncodeError(f"cannot store {type(value).__name__} value as {dtype}: {error}") from None
+    try:
+        return np.broadcast_to(array, shape)
+    except ValueError:
+        raise SelectionError(
+            f"cannot assign a value of shape {array.shape} to a selection of shape {shape}"
+        ) from None
+
+
+def is_all_fill(chunk: np.ndarray, fill_value: Any) -> bool:
+    """Whether every element equals the fill value bit for bit (so -0.0 is not 0.0, NaN payloads count)."""
+    if chunk.dtype.kind in "OT" or chunk.dtype.itemsize == 0:
+        return bool(np.all(chunk == fill_value))
+    itemsize = chunk.dtype.itemsize
+    flat = np.ascontiguousarray(chunk).reshape(-1)
+    fill = np.asarray(fill_value, dtype=chunk.dtype).reshape(1)
+    uint = _UINT_BY_SIZE.get(itemsize)
+    if uint is not None:
+        return bool(np.all(flat.view(uint) == fill.view(uint)[0]))
+    return bool(np.all(flat.view(np.uint8).reshape(-1, itemsize) == fill.view(np.uint8)))
+
+
+def read_selection(
+    layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray
+) -> np.ndarray:
+    """Fill ``out`` from every chunk the projections touch; returns ``out``."""
+    projections = list(projections)
+    keys = [layout.chunk_key(p.chunk_coords) for p in projections]
+    blobs = layout.store.get_many(list(dict.fromkeys(keys)))
+    fill_value = layout.metadata.fill_value
+
+    def read_one(item: tuple[ChunkProjection, str]) -> None:
+        projection, key = item
+        raw = blobs.get(key)
+        if raw is None:
+            out[projection.out_selection] = fill_value
+        else:
+            chunk = layout.decode_chunk(raw, key)
+            out[projection.out_selection] = chunk[projection.chunk_selection]
+
+    map_concurrent(read_one, zip(projections, keys))
+    return out
+
+
+def write_selection(
+    layout: ChunkLayout,
+    projections: Iterable[ChunkProjection],
+    value: np.ndarray,
+    *,
+    write_empty_chunks: bool = False,
+) -> None:
+    """Write ``value`` (already of the selection's shape and the array's dtype) chunk by chunk."""
+    projections = list(projections)
+    keys = [layout.chunk_key(p.chunk_coords) for p in projections]
+    partial_keys = [key for p, key in zip(projections, keys) if not p.is_complete_chunk]
+    existing = layout.store.get_many(partial_keys) if partial_keys else {}
+    chunk_shape = layout.metadata.chunks
+
+    def encode_one(item: tuple[ChunkProjection, str]) -> tuple[str, bytes | None]:
+        projection, key = item
+        new_data = value[projection.out_selection]
+        region = layout.chunk_region(projection.chunk_coords)
+        if projection.is_complete_chunk and all(r.stop == size for r, size in zip(region, chunk_shape)):
+            chunk = np.asarray(new_data)  # (not ascontiguousarray: it turns 0-d into 1-d)
+            if not chunk.flags.c_contiguous:
+                chunk = chunk.copy()
+        else:
+            raw = existing.get(key)
+            if raw is None:
+                chunk = layout.empty_chunk()
+            else:
+                chunk = np.array(layout.decode_chunk(raw, key), copy=True)
+            chunk[projection.chunk_selection] = new_data
+        if not write_empty_chunks and is_all_fill(chunk, layout.metadata.fill_value):
+            return key, None
+        return key, layout.pipeline.encode(chunk, layout.spec)
+
+    results = map_concurrent(encode_one, zip(projections, keys))
+    to_store = {key: data for key, data in results if data is not None}
+    to_delete = [key for key, data in results if data is None]
+    if to_store:
+        layout.store.set_many(to_store)
+    if to_delete:
+        layout.store.delete_many(to_delete)

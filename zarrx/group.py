@@ -1,0 +1,266 @@
+"""The user-facing Zarr group.
+
+A :class:`Group` is a node whose children are arrays and groups. Children are
+found by listing the group's prefix and reading every candidate ``zarr.json`` in
+one concurrent batch -- or, when the group was opened from consolidated
+metadata, from that document alone without touching the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from zarrx.array import Array
+from zarrx.attributes import Attributes
+from zarrx.errors import InvalidPathError, NodeNotFoundError, ReadOnlyError
+from zarrx.metadata.node import ArrayMetadata, GroupMetadata, parse_node_metadata
+from zarrx.storage.paths import join_key, normalize_path
+from zarrx.storage.store import Store
+
+__all__ = ["Group", "node_from_metadata"]
+
+def node_from_metadata(
+    store: Store,
+    path: str,
+    metadata: ArrayMetadata | GroupMetadata,
+    *,
+    read_only: bool,
+    consolidated: dict[str, dict[str, Any]] | None = None,
+) -> "Array | Group":
+    if isinstance(metadata, ArrayMetadata):
+        return Array(store, path, metadata, read_only=read_only)
+    return Group(store, path, metadata, read_only=read_only, consolidated=consolidated)
+
+
+class Group:
+    """A Zarr group in a store.
+
+    Open or create one with :func:`zarrx.open_group` / :func:`zarrx.create_group`.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> temperature = root.create_array("weather/t2m", shape=(365, 90), chunks=(30, 90), dtype="float32")
+    >>> sorted(root["weather"])
+    ['t2m']
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        path: str,
+        metadata: GroupMetadata,
+        *,
+        read_only: bool = False,
+        consolidated: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self._store = store
+        self._path = path
+        self._metadata = metadata
+        self._read_only = read_only or store.read_only
+        #: child documents keyed by path relative to this group, when read from consolidated metadata
+        self._consolidated = consolidated
+
+    # -- description ------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def name(self) -> str:
+        return "/" + self._path
+
+    @property
+    def basename(self) -> str:
+        return self._path.rsplit("/", 1)[-1]
+
+    @property
+    def metadata(self) -> GroupMetadata:
+        return self._metadata
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self)
+
+    @property
+    def is_consolidated(self) -> bool:
+        return self._consolidated is not None
+
+    def __repr__(self) -> str:
+        return f"<zarrx.Group {self._store!r} {self.name!r}>"
+
+    # -- children ---------------------------------------------------------------------------
+    def _child_path(self, name: str) -> str:
+        relative = normalize_path(name)
+        if not relative:
+            raise InvalidPathError(f"a child of group {self.name!r} needs a non-empty name, found {name!r}")
+        return f"{self._path}/{relative}" if self._path else relative
+
+    def _child_documents(self) -> dict[str, ArrayMetadata | GroupMetadata]:
+        """Metadata of the direct children, by name (one listing + one batched read)."""
+        if self._consolidated is not None:
+            return {
+                name: parse_node_metadata(document, join_key(self._child_path(name), "zarr.json"))
+                for name, document in sorted(self._consolidated.items())
+                if "/" not in name
+            }
+        prefix = join_key(self._path, "")
+        names = sorted(name for name in self._store.list_dir(prefix) if name != "zarr.json")
+        keys = {name: join_key(self._path, f"{name}/zarr.json") for name in names}
+        documents = self._store.get_many(list(keys.values()))
+        return {
+            name: parse_node_metadata(documents[key], key)
+            for name, key in keys.items()
+            if documents.get(key) is not None
+        }
+
+    def _node(self, path: str, metadata: ArrayMetadata | GroupMetadata) -> "Array | Group":
+        consolidated = None
+        if self._consolidated is not None and isinstance(metadata, GroupMetadata):
+            relative = path[len(self._path) + 1 :] if self._path else path
+            consolidated = {
+                key[len(relative) + 1 :]: document
+                for key, document in self._consolidated.items()
+                if key.startswith(relative + "/")
+            }
+        return node_from_metadata(self._store, path, metadata, read_only=self._read_only, consolidated=consolidated)
+
+    def __getitem__(self, name: str) -> "Array | Group":
+        path = self._child_path(name)
+        key = join_key(path, "zarr.json")
+        relative = path[len(self._path) + 1 :] if self._path else path
+        if self._consolidated is not None:
+            document = self._consolidated.get(relative)
+            if document is None:
+                raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (consolidated metadata)")
+            return self._node(path, parse_node_metadata(document, key))
+        raw = self._store.get(key)
+        if raw is None:
+            raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (key {key!r} is absent)")
+        return self._node(path, parse_node_metadata(raw, key))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except NodeNotFoundError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        try:
+            self[name]
+        except NodeNotFoundError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._child_documents())
+
+    def __len__(self) -> int:
+        return len(self._child_documents())
+
+    def keys(self) -> list[str]:
+        return list(self._child_documents())
+
+    def members(self, max_depth: int | None = 0) -> list[tuple[str, "Array | Group"]]:
+        """``(name, node)`` for each child; with ``max_depth`` None (or > 0) also deeper
+        descendants, named by their path relative to this group."""
+        result = []
+        for name, metadata in self._child_documents().items():
+            node = self._node(self._child_path(name), metadata)
+            result.append((name, node))
+            if isinstance(node, Group) and (max_depth is None or max_depth > 0):
+                deeper = node.members(None if max_depth is None else max_depth - 1)
+                result.extend((f"{name}/{sub}", child) for sub, child in deeper)
+        return result
+
+    def arrays(self) -> list[tuple[str, Array]]:
+        return [(name, node) for name, node in self.members() if isinstance(node, Array)]
+
+    def groups(self) -> list[tuple[str, "Group"]]:
+        return [(name, node) for name, node in self.members() if isinstance(node, Group)]
+
+    def array_keys(self) -> list[str]:
+        return [name for name, _ in self.arrays()]
+
+    def group_keys(self) -> list[str]:
+        return [name for name, _ in self.groups()]
+
+    def tree(self) -> str:
+        """The hierarchy below this group as text, one node per line."""
+        lines = [self.name]
+
+        def walk(group: Group, indent: str) -> None:
+            children = group.members()
+            for position, (name, node) in enumerate(children):
+                last = position == len(children) - 1
+                branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
+                if isinstance(node, Array):
+                    lines.append(f"{indent}{branch}{name} {node.shape} {node.dtype} chunks={node.chunks}")
+                else:
+                    lines.append(f"{indent}{branch}{name}")
+                    walk(node, indent + extension)
+
+        walk(self, "")
+        return "\n".join(lines)
+
+    # -- changes ----------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise ReadOnlyError(f"group {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write")
+
+    def _get_attributes(self) -> dict[str, Any]:
+        return self._metadata.attributes
+
+    def _set_attributes(self, attributes: dict[str, Any]) -> None:
+        self._check_writable()
+        metadata = self._metadata.evolve(attributes=attributes)
+        self._store.set(join_key(self._path, "zarr.json"), metadata.to_bytes())
+        self._metadata = metadata
+
+    def create_array(self, name: str, **kwargs: Any) -> Array:
+        """Create an array below this group; takes :func:`zarrx.create_array`'s keywords."""
+        from zarrx.api import create_array
+
+        self._check_writable()
+        return create_array(self._store, self._child_path(name), **kwargs)
+
+    def create_group(self, name: str, **kwargs: Any) -> "Group":
+        """Create a group below this group; takes :func:`zarrx.create_group`'s keywords."""
+        from zarrx.api import create_group
+
+        self._check_writable()
+        return create_group(self._store, self._child_path(name), **kwargs)
+
+    def require_group(self, name: str, **kwargs: Any) -> "Group":
+        """The child group ``name``, created when absent."""
+        from zarrx.api import open_group
+
+        self._check_writable()
+        return open_group(self._store, self._child_path(name), mode="a", **kwargs)
+
+    def __delitem__(self, name: str) -> None:
+        self._check_writable()
+        path = self._child_path(name)
+        if join_key(path, "zarr.json") not in self._store:
+            raise NodeNotFoundError(f"no array or group {name!r} in group {self.name!r}")
+        self._store.delete_prefix(path + "/")
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        import numpy as np
+
+        self._check_writable()
+        data = np.asarray(value)
+        array = self.create_array(name, shape=data.shape, dtype=data.dtype, overwrite=True)
+        array[...] = data
+
