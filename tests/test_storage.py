@@ -12,6 +12,8 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
+
+from zarrx.errors import StoreTypeError, UsageError
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
@@ -737,9 +739,11 @@ def test_make_store_modes(tmp_path, mode, read_only):
 
 
 def test_make_store_bad_arguments():
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(UsageError, match="mode"):
         make_store({}, mode="rw")
-    with pytest.raises(TypeError, match="as a store"):
+    with pytest.raises(StoreTypeError, match="as a store"):
+        make_store(42)
+    with pytest.raises(TypeError):  # also the builtin, for code that does not know zarrx
         make_store(42)
 
 

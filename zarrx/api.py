@@ -19,7 +19,7 @@ from zarrx.errors import (
     ContainsGroupError,
     MetadataError,
     NodeNotFoundError,
-    ZarrxError,
+    UsageError,
 )
 from zarrx.group import Group, node_from_metadata
 from zarrx.metadata.node import (
@@ -46,7 +46,7 @@ MODES = ("r", "r+", "a", "w", "w-")
 
 def _check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise ZarrxError(f"mode: expected one of {MODES}, found {mode!r}")
+        raise UsageError(f"mode: expected one of {MODES}, found {mode!r}")
     return mode
 
 

@@ -337,12 +337,6 @@ class Array:
         self[region] = data
         return new_shape
 
-    def to_dask(self, chunks: Any = None) -> Any:
-        """A dask array reading this array lazily (see :func:`zarrx.from_zarr`)."""
-        from zarrx.dask import array_to_dask
-
-        return array_to_dask(self, chunks=chunks)
-
 
 class _OIndex:
     def __init__(self, array: Array) -> None:

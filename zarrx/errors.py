@@ -26,6 +26,8 @@ __all__ = [
     "BoundsCheckError",
     "ChunkAlignmentError",
     "StoreError",
+    "UsageError",
+    "StoreTypeError",
 ]
 
 
@@ -93,3 +95,11 @@ class ChunkAlignmentError(ZarrxError, ValueError):
 
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
+
+
+class UsageError(ZarrxError, ValueError):
+    """An argument zarrx cannot take (an unknown mode, an unusable option)."""
+
+
+class StoreTypeError(UsageError, TypeError):
+    """An object that cannot be used as a store."""

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.mapping import FSMap
 
-from zarrx.errors import StoreError
+from zarrx.errors import StoreError, StoreTypeError, UsageError
 from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
@@ -96,7 +96,7 @@ def make_store(
     MemoryStore(<0 keys at ...>, read_only=True)
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}")
+        raise UsageError(f"mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}")
     read_only = MODES[mode]
     if isinstance(store_like, Store):
         _refuse_options(storage_options, store_like)
@@ -118,7 +118,7 @@ def make_store(
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
-    raise TypeError(
+    raise StoreTypeError(
         f"cannot use {type(store_like).__name__} {store_like!r} as a store; pass a path, a URL "
         "('s3://bucket/data.zarr', 'memory://x'), an fsspec FSMap, a dict, None or a zarrx Store"
     )

@@ -21,6 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from zarrx.errors import UsageError
+
 __all__ = [
     "Store",
     "ByteRequest",
@@ -39,7 +41,7 @@ class RangeByteRequest:
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.end < self.start:
-            raise ValueError(f"RangeByteRequest needs 0 <= start <= end, found start={self.start}, end={self.end}")
+            raise UsageError(f"RangeByteRequest needs 0 <= start <= end, found start={self.start}, end={self.end}")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class OffsetByteRequest:
 
     def __post_init__(self) -> None:
         if self.offset < 0:
-            raise ValueError(f"OffsetByteRequest needs offset >= 0, found {self.offset}")
+            raise UsageError(f"OffsetByteRequest needs offset >= 0, found {self.offset}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class SuffixByteRequest:
 
     def __post_init__(self) -> None:
         if self.suffix < 0:
-            raise ValueError(f"SuffixByteRequest needs suffix >= 0, found {self.suffix}")
+            raise UsageError(f"SuffixByteRequest needs suffix >= 0, found {self.suffix}")
 
 
 ByteRequest = RangeByteRequest | OffsetByteRequest | SuffixByteRequest
