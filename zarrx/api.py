@@ -136,7 +136,7 @@ def _group(store: Store, path: str, metadata: GroupMetadata, mode: str, use_cons
 def open_group(
     store: Any = None,
     path: str = "",
-    mode: str = "a",
+    mode: str = "r",
     storage_options: dict[str, Any] | None = None,
     *,
     attributes: dict[str, Any] | None = None,
@@ -144,6 +144,11 @@ def open_group(
     use_consolidated: bool | None = None,
 ) -> Group:
     """Open (or, by ``mode``, create) the group at ``path``.
+
+    A read-only group (mode ``r``) whose ``zarr.json`` holds consolidated metadata
+    answers every question about its descendants from that one document
+    (``use_consolidated=False`` lists the store instead). Writable modes always
+    look at the store, so a group never shows a stale listing while it is changed.
 
     Examples
     --------
