@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import zarrx
-from zarrx.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
+from zarrx.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec
 from zarrx.errors import BoundsCheckError, ReadOnlyError, SelectionError
 from zarrx.storage import MemoryStore
 

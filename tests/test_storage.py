@@ -28,7 +28,7 @@ from zarrx.storage import (
     SuffixByteRequest,
     make_store,
 )
-from zarrx.storage import local as local_module
+from zarrx import concurrency as concurrency_module
 
 DIGITS = b"0123456789"
 
@@ -558,7 +558,7 @@ def test_local_get_ranges_reads_many_files_concurrently(tmp_path):
 def test_local_small_batches_run_inline(tmp_path, monkeypatch):
     store = LocalStore(tmp_path)
     store.set("k", b"v")
-    monkeypatch.setattr(local_module, "_get_pool", lambda: pytest.fail("a tiny batch used the pool"))
+    monkeypatch.setattr(concurrency_module, "_get_pool", lambda: pytest.fail("a tiny batch used the pool"))
     assert store.get_many(["k", "k2"]) == {"k": b"v", "k2": None}
     store.set_many({"a": b"1", "b": b"2"})
 

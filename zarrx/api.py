@@ -21,7 +21,7 @@ from zarrx.errors import (
     NodeNotFoundError,
     UsageError,
 )
-from zarrx.group import Group, node_from_metadata
+from zarrx.group import Group
 from zarrx.metadata.node import (
     ArrayMetadata,
     ConsolidatedMetadata,

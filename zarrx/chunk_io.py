@@ -91,6 +91,17 @@ def is_all_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     return bool(np.all(flat.view(np.uint8).reshape(-1, itemsize) == fill.view(np.uint8)))
 
 
+#: chunks smaller than this decode faster on one thread: per-chunk Python work holds
+#: the GIL longer than the codec releases it (measured: 2.5 KiB float32 zstd chunks,
+#: 0.60 s on one thread vs 0.98 s on two for 6,400 chunks)
+MIN_THREADED_CHUNK_BYTES = 64 * 1024
+
+
+def _worth_threads(layout: ChunkLayout) -> bool:
+    nbytes = layout.spec.nbytes
+    return nbytes is None or nbytes >= MIN_THREADED_CHUNK_BYTES
+
+
 def read_selection(
     layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray
 ) -> np.ndarray:
@@ -109,7 +120,12 @@ def read_selection(
             chunk = layout.decode_chunk(raw, key)
             out[projection.out_selection] = chunk[projection.chunk_selection]
 
-    map_concurrent(read_one, zip(projections, keys))
+    items = list(zip(projections, keys))
+    if _worth_threads(layout):
+        map_concurrent(read_one, items)
+    else:
+        for item in items:
+            read_one(item)
     return out
 
 
@@ -146,7 +162,8 @@ def write_selection(
             return key, None
         return key, layout.pipeline.encode(chunk, layout.spec)
 
-    results = map_concurrent(encode_one, zip(projections, keys))
+    items = list(zip(projections, keys))
+    results = map_concurrent(encode_one, items) if _worth_threads(layout) else [encode_one(i) for i in items]
     to_store = {key: data for key, data in results if data is not None}
     to_delete = [key for key, data in results if data is None]
     if to_store:

@@ -194,14 +194,16 @@ class _ProductIndexer:
         self._array_shape = shape
         self.shape = tuple(count for count in counts if count is not None)
         self._out_dims = [count for count in counts if count is not None]
+        self._has_arrays = any(isinstance(p.chunk_selection, np.ndarray) for dim in dims for p in dim[:1])
 
     def __iter__(self) -> Iterator[ChunkProjection]:
         for combo in itertools.product(*self._dims):
             chunk_coords = tuple(p.chunk_index for p in combo)
             chunk_selection = tuple(p.chunk_selection for p in combo)
             out_selection = tuple(p.out_selection for p in combo if p.out_selection is not None)
-            chunk_selection = _ix(chunk_selection, self._chunk_shape)
-            out_selection = _ix(out_selection, self._out_dims)
+            if self._has_arrays:
+                chunk_selection = _ix(chunk_selection, self._chunk_shape)
+                out_selection = _ix(out_selection, self._out_dims)
             yield ChunkProjection(chunk_coords, chunk_selection, out_selection, all(p.is_complete for p in combo))
 
     @property

@@ -23,7 +23,9 @@ input; the pipeline adds the chunk key.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar, Literal, Mapping
 
 import numpy as np
@@ -48,11 +50,11 @@ class ChunkSpec:
     def dtype(self) -> np.dtype:
         return self.data_type.numpy_dtype
 
-    @property
+    @cached_property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int | None:
         """Size of the raw (``bytes`` codec) encoding, or None for variable-length types."""
         item_size = self.data_type.item_size

@@ -66,6 +66,7 @@ class CodecPipeline:
     bytes_bytes: tuple[BytesBytesCodec, ...]
     #: the most a bytes -> bytes codec may decode to when the size is not fixed
     max_size: int = field(default=DEFAULT_MAX_SIZE, compare=False)
+    _plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_codecs(
@@ -173,22 +174,43 @@ class CodecPipeline:
                 data = codec.encode(data)
         return data if isinstance(data, bytes) else bytes(data)
 
+    def _plan(self, spec: ChunkSpec) -> tuple[list[ChunkSpec], list[int | None]]:
+        """The specs and bytes -> bytes sizes for ``spec``, computed once per spec object.
+
+        Decoding thousands of chunks of one array reuses one plan instead of
+        re-deriving it per chunk (the array's ChunkSpec is a single cached object).
+        """
+        cached = self._plans.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1], cached[2]
+        specs = self.resolve_specs(spec)
+        sizes = self._decoded_sizes(specs[-1])
+        if len(self._plans) > 64:
+            self._plans.clear()
+        self._plans[id(spec)] = (spec, specs, sizes)  # holding spec keeps its id from being reused
+        return specs, sizes
+
     def decode(self, data: Any, spec: ChunkSpec, key: str) -> np.ndarray:
         """Decode one stored chunk to an array of exactly ``spec.shape`` and ``spec.dtype``.
 
         Raises ChunkDecodeError naming ``key`` and the failing codec for any corrupt input.
         """
-        specs = self.resolve_specs(spec)
-        sizes = self._decoded_sizes(specs[-1])
-        for codec, expected_size in zip(reversed(self.bytes_bytes), reversed(sizes[:-1])):
-            max_size = self.max_size if expected_size is None else expected_size
-            with _decoding(key, codec):
-                data = codec.decode(data, expected_size, max_size)
-        with _decoding(key, self.array_bytes):
-            array = self.array_bytes.decode(data, specs[-1])
-        for codec, codec_spec in zip(reversed(self.array_array), reversed(specs[:-1])):
-            with _decoding(key, codec):
+        specs, sizes = self._plan(spec)
+        codec: Codec = self.array_bytes
+        # one try for the whole chain (cheaper than a context per codec); `codec` names the culprit
+        try:
+            for codec, expected_size in zip(reversed(self.bytes_bytes), reversed(sizes[:-1])):
+                data = codec.decode(data, expected_size, self.max_size if expected_size is None else expected_size)
+            codec = self.array_bytes
+            array = codec.decode(data, specs[-1])
+            for codec, codec_spec in zip(reversed(self.array_array), reversed(specs[:-1])):
                 array = codec.decode(array, codec_spec)
+        except ChunkDecodeError as error:
+            raise ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r}: {error}") from error
+        except Exception as error:  # numcodecs and the C libraries raise RuntimeError, ValueError, MemoryError...
+            raise ChunkDecodeError(
+                f"chunk {key!r}: codec {codec.name!r} failed to decode: {type(error).__name__}: {error}"
+            ) from error
         if array.shape != spec.shape or array.dtype != spec.dtype:
             raise ChunkDecodeError(
                 f"chunk {key!r}: decoded to shape {array.shape} and dtype {array.dtype}, "
@@ -199,19 +221,6 @@ class CodecPipeline:
 
 def _chunk(key: str | None) -> str:
     return "" if key is None else f"chunk {key!r}: "
-
-
-@contextmanager
-def _decoding(key: str, codec: Codec) -> Iterator[None]:
-    # numcodecs and the C libraries raise RuntimeError, ValueError, MemoryError... on corrupt input
-    try:
-        yield
-    except ChunkDecodeError as error:
-        raise ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r}: {error}") from error
-    except Exception as error:
-        raise ChunkDecodeError(
-            f"chunk {key!r}: codec {codec.name!r} failed to decode: {type(error).__name__}: {error}"
-        ) from error
 
 
 @contextmanager

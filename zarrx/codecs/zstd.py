@@ -34,6 +34,8 @@ __all__ = ["ZstdCodec", "frame_content_size"]
 _MAGIC = 0xFD2FB528
 _FCS_FIELD_SIZES = (0, 2, 4, 8)  # by Frame_Content_Size_Flag; 0 means 1 when Single_Segment_Flag is set
 _DICT_ID_SIZES = (0, 1, 2, 4)
+#: magic (4) + descriptor (1) + window (1) + dictionary id (<= 4) + content size (<= 8)
+_MAX_HEADER_SIZE = 18
 
 
 @register_codec
@@ -70,7 +72,7 @@ class ZstdCodec(BytesBytesCodec):
         return numcodecs_zstd.compress(as_uint8(data), self.level, self.checksum)
 
     def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
-        source = as_uint8(data)
+        source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
         if content_size is not None:
             if expected_size is not None and content_size != expected_size:
@@ -95,14 +97,15 @@ class ZstdCodec(BytesBytesCodec):
         return output
 
 
-def frame_content_size(data: np.ndarray) -> int | None:
+def frame_content_size(data: Buffer) -> int | None:
     """The Frame_Content_Size of the first zstd frame header, or None when not recorded.
 
     Raises ChunkDecodeError when ``data`` does not start with a complete frame header.
     """
-    if data.nbytes < 5 or int(data[:4].view("<u4")[0]) != _MAGIC:
+    header = bytes(memoryview(data).cast("B")[:_MAX_HEADER_SIZE])
+    if len(header) < 5 or int.from_bytes(header[:4], "little") != _MAGIC:
         raise ChunkDecodeError("not a zstd frame (bad magic number or too short)")
-    descriptor = int(data[4])
+    descriptor = header[4]
     fcs_flag, single_segment, dict_id_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
     if descriptor & 0x08:
         raise ChunkDecodeError("invalid zstd frame header (reserved bit set)")
@@ -110,7 +113,7 @@ def frame_content_size(data: np.ndarray) -> int | None:
     if fcs_size == 0:
         return None
     start = 5 + (0 if single_segment else 1) + _DICT_ID_SIZES[dict_id_flag]
-    if data.nbytes < start + fcs_size:
+    if len(header) < start + fcs_size:
         raise ChunkDecodeError("truncated zstd frame header")
-    value = int.from_bytes(data[start : start + fcs_size].tobytes(), "little")
+    value = int.from_bytes(header[start : start + fcs_size], "little")
     return value + 256 if fcs_size == 2 else value  # RFC 8878 3.1.1.1.4: the 2-byte field is offset by 256

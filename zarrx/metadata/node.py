@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,7 +28,7 @@ from zarrx.dtypes import DataType, parse_data_type
 from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
-from zarrx.metadata.extension import Extension, parse_extension
+from zarrx.metadata.extension import parse_extension
 
 __all__ = [
     "ArrayMetadata",
@@ -204,7 +205,7 @@ class ArrayMetadata:
     def chunks(self) -> tuple[int, ...]:
         return self.chunk_grid.chunk_shape
 
-    @property
+    @cached_property
     def chunk_spec(self) -> ChunkSpec:
         return ChunkSpec(self.chunk_grid.chunk_shape, self.data_type, self.fill_value)
 

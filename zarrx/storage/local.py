@@ -23,11 +23,9 @@ Rules this store keeps:
   naming the key.
 
 Batch methods (``get_many``, ``get_ranges``, ``set_many``, ``delete_many``)
-run on a small module-level thread pool when they have at least
-``_MIN_CONCURRENT_ITEMS`` items, in a few contiguous groups per worker so the
-hand-off cost is paid per group, not per key. Smaller batches run inline. The
-pool is created on first use and forgotten in a forked child (whose copy of it
-has no threads). ``get_ranges`` opens each file once for all its ranges.
+run on zarrx's shared thread pool (:mod:`zarrx.concurrency`: a few groups per
+worker, small batches inline). ``get_ranges`` opens each file once for all its
+ranges.
 """
 
 from __future__ import annotations
@@ -36,11 +34,10 @@ import contextlib
 import os
 import re
 import shutil
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
+from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import (
@@ -53,8 +50,6 @@ from zarrx.storage.store import (
 
 __all__ = ["LocalStore", "is_temporary_name"]
 
-T = TypeVar("T")
-R = TypeVar("R")
 
 # A missing file, a folder where a file was expected, or a file where a folder was.
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
@@ -65,61 +60,6 @@ _TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 def is_temporary_name(name: str) -> bool:
     """True for the name of a temporary file :meth:`LocalStore.set` writes before renaming it."""
     return name[:1] == "." and name.endswith(".tmp") and _TEMPORARY_NAME.fullmatch(name) is not None
-
-
-# -- the shared thread pool --------------------------------------------------------
-# Measured on page-cached files: threads pay off for values of ~64 KiB and more
-# (reads are memcpy and page faults, outside the GIL) and for cold or network
-# disks; for a few small files the hand-off costs more than the reads, hence the
-# threshold, and more workers than cores only adds GIL traffic.
-_MIN_CONCURRENT_ITEMS = 4
-_MAX_WORKERS = min(16, max(2, os.cpu_count() or 1))
-_GROUPS_PER_WORKER = 4
-_THREAD_NAME = "zarrx-local-io"
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix=_THREAD_NAME)
-    return _pool
-
-
-def _forget_pool_after_fork() -> None:
-    # The child inherits the pool object but none of its threads; tasks queued on
-    # it would wait forever. The lock may have been held at the fork, too.
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=_forget_pool_after_fork)
-
-
-def _apply_each(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    return [function(item) for item in items]
-
-
-def _map_concurrently(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``[function(item) for item in items]``, on the pool when the batch is big enough.
-
-    Inline for small batches, and on the pool's own threads (waiting there for
-    the pool could deadlock it).
-    """
-    if len(items) < _MIN_CONCURRENT_ITEMS or threading.current_thread().name.startswith(_THREAD_NAME):
-        return [function(item) for item in items]
-    group_size = -(-len(items) // (_MAX_WORKERS * _GROUPS_PER_WORKER))
-    groups = [items[start : start + group_size] for start in range(0, len(items), group_size)]
-    results: list[R] = []
-    for group_results in _get_pool().map(_apply_each, [function] * len(groups), groups):
-        results.extend(group_results)
-    return results
 
 
 # -- reading and writing one file ---------------------------------------------------
@@ -228,7 +168,7 @@ class LocalStore(Store):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
         keys = list(keys)
-        return dict(zip(keys, _map_concurrently(self.get, keys), strict=True))
+        return dict(zip(keys, map_concurrent(self.get, keys), strict=True))
 
     def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
         # One open per file, however many of its ranges are asked for.
@@ -251,7 +191,7 @@ class LocalStore(Store):
             except OSError as error:
                 raise self._error("read", key, error) from error
 
-        _map_concurrently(read_ranges, list(positions))
+        map_concurrent(read_ranges, list(positions))
         return results
 
     def exists(self, key: str) -> bool:
@@ -269,7 +209,7 @@ class LocalStore(Store):
     def set_many(self, items: Mapping[str, bytes]) -> None:
         for key in items:
             self._check_writable(validate_key(key))
-        _map_concurrently(lambda item: self.set(*item), list(items.items()))
+        map_concurrent(lambda item: self.set(*item), list(items.items()))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -290,7 +230,7 @@ class LocalStore(Store):
         keys = list(keys)
         for key in keys:
             self._check_writable(validate_key(key))
-        _map_concurrently(self.delete, keys)
+        map_concurrent(self.delete, keys)
 
     def delete_prefix(self, prefix: str) -> None:
         self._check_writable(validate_prefix(prefix))
