@@ -285,3 +285,36 @@ def test_many_chunk_read_uses_one_batched_store_call():
     Counting.calls = 0
     assert array[...].sum() == 64 * 64
     assert Counting.calls == 1
+
+
+def test_resize_deletes_stale_chunks_beyond_the_grid():
+    """A chunk another writer left past the array's edge must not reappear when the array grows."""
+    store = MemoryStore()
+    array = zarrx.create_array(store, shape=(4,), chunks=(2,), dtype="int8", fill_value=0)
+    array[...] = 1
+    big = zarrx.create_array(MemoryStore(), shape=(8,), chunks=(2,), dtype="int8", fill_value=0)
+    big[...] = 9
+    store.set("c/3", big.store.get("c/3"))  # stale chunk at [6, 8)
+    array.resize(3)
+    array.resize(8)
+    assert_same(array[...], np.array([1, 1, 1, 0, 0, 0, 0, 0], dtype="int8"))
+
+
+def test_growing_touches_no_chunk():
+    class Watching(MemoryStore):
+        touched = []
+
+        def set_many(self, items):
+            self.touched.extend(items)
+            super().set_many(items)
+
+        def list_prefix(self, prefix):
+            self.touched.append(("list", prefix))
+            return super().list_prefix(prefix)
+
+    store = Watching()
+    array = zarrx.create_array(store, shape=(5,), chunks=(4,), dtype="int8")
+    array[...] = 1
+    Watching.touched.clear()
+    array.resize(7)
+    assert Watching.touched == []

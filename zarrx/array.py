@@ -165,13 +165,19 @@ class Array:
     def _metadata_key(self) -> str:
         return join_key(self._path, "zarr.json")
 
-    def _stored_chunk_keys(self) -> Iterator[str]:
+    def _stored_chunks(self) -> Iterator[tuple[str, tuple[int, ...]]]:
+        """``(key, chunk_coords)`` of every stored chunk, found by one listing (any coordinates)."""
         prefix = join_key(self._path, "")
-        grid = self._metadata.grid_shape
         decode = self._metadata.chunk_key_encoding.decode
         for key in self._store.list_prefix(prefix):
             coords = decode(key[len(prefix) :])
-            if coords is not None and len(coords) == len(grid) and all(c < g for c, g in zip(coords, grid)):
+            if coords is not None and len(coords) == self.ndim:
+                yield key, coords
+
+    def _stored_chunk_keys(self) -> Iterator[str]:
+        grid = self._metadata.grid_shape
+        for key, coords in self._stored_chunks():
+            if all(c < g for c, g in zip(coords, grid)):
                 yield key
 
     def __repr__(self) -> str:
@@ -279,18 +285,23 @@ class Array:
         self._check_writable()
         old = self._metadata
         new = old.evolve(shape=new_shape)
-        chunks = old.chunks
-        to_delete, to_trim = [], []
-        for coords in old.chunk_grid.all_chunk_coords(old.shape):
-            starts = [c * s for c, s in zip(coords, chunks)]
-            if any(start >= length for start, length in zip(starts, new_shape)):
-                to_delete.append(self._layout.chunk_key(coords))
-            elif any(length < min(start + size, old_length)
-                     for start, size, length, old_length in zip(starts, chunks, new_shape, old.shape)):
-                to_trim.append(coords)
-        self._trim_chunks(new, to_trim)
-        if to_delete:
-            self._store.delete_many(to_delete)
+        if any(n < o for n, o in zip(new_shape, old.shape)):
+            # Shrinking: look only at chunks that exist (one listing, not the whole grid).
+            # Chunks starting past the new edge go -- including stale ones beyond the old
+            # grid that another writer left -- and chunks cut by a shrinking edge are trimmed.
+            # Growing alone touches no chunk, so append stays cheap.
+            chunks = old.chunks
+            to_delete, to_trim = [], []
+            for key, coords in self._stored_chunks():
+                starts = [c * s for c, s in zip(coords, chunks)]
+                if any(start >= length for start, length in zip(starts, new_shape)):
+                    to_delete.append(key)
+                elif any(length < min(start + size, old_length)
+                         for start, size, length, old_length in zip(starts, chunks, new_shape, old.shape)):
+                    to_trim.append(coords)
+            self._trim_chunks(new, to_trim)
+            if to_delete:
+                self._store.delete_many(to_delete)
         self._update_metadata(new)
 
     def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> None:
