@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from zarrx.attributes import Attributes
 from zarrx.chunk_io import ChunkLayout, as_array_of, is_all_fill, read_selection, write_selection
-from zarrx.errors import MetadataError, ReadOnlyError, SelectionError
+from zarrx.errors import MetadataError, SelectionError
 from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 from zarrx.metadata.chunk_grid import parse_shape
 from zarrx.metadata.node import ArrayMetadata
+from zarrx.node import Node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
@@ -35,7 +35,7 @@ def _is_basic(selection: Any) -> bool:
     )
 
 
-class Array:
+class Array(Node[ArrayMetadata]):
     """A Zarr array in a store.
 
     Open or create one with :func:`zarrx.open_array` / :func:`zarrx.create_array`.
@@ -49,6 +49,8 @@ class Array:
     array([0, 7, 7, 0], dtype=int32)
     """
 
+    _kind = "array"
+
     def __init__(
         self,
         store: Store,
@@ -58,37 +60,10 @@ class Array:
         read_only: bool = False,
         write_empty_chunks: bool = False,
     ) -> None:
-        self._store = store
-        self._path = path
-        self._metadata = metadata
-        self._read_only = read_only or store.read_only
+        super().__init__(store, path, metadata, read_only=read_only)
         self.write_empty_chunks = write_empty_chunks
 
     # -- description ------------------------------------------------------------------
-    @property
-    def store(self) -> Store:
-        return self._store
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def name(self) -> str:
-        return "/" + self._path
-
-    @property
-    def basename(self) -> str:
-        return self._path.rsplit("/", 1)[-1]
-
-    @property
-    def metadata(self) -> ArrayMetadata:
-        return self._metadata
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
     @property
     def shape(self) -> tuple[int, ...]:
         return self._metadata.shape
@@ -132,10 +107,6 @@ class Array:
         return self._metadata.dimension_names
 
     @property
-    def attrs(self) -> Attributes:
-        return Attributes(self)
-
-    @property
     def codecs(self) -> tuple:
         pipeline = self._metadata.codecs
         return (*pipeline.array_array, pipeline.array_bytes, *pipeline.bytes_bytes)
@@ -161,10 +132,6 @@ class Array:
     def _layout(self) -> ChunkLayout:
         return ChunkLayout(self._store, self._path, self._metadata)
 
-    @property
-    def _metadata_key(self) -> str:
-        return join_key(self._path, "zarr.json")
-
     def _stored_chunks(self) -> Iterator[tuple[str, tuple[int, ...]]]:
         """``(key, chunk_coords)`` of every stored chunk, found by one listing (any coordinates)."""
         prefix = join_key(self._path, "")
@@ -181,7 +148,7 @@ class Array:
                 yield key
 
     def __repr__(self) -> str:
-        return f"<zarrx.Array {self._store!r} {self.name!r} shape={self.shape} dtype={self.dtype}>"
+        return f"{super().__repr__()[:-1]} shape={self.shape} dtype={self.dtype}>"
 
     @property
     def info(self) -> "ArrayInfo":
@@ -257,22 +224,7 @@ class Array:
         value = as_array_of(value, self.dtype, indexer.shape)
         write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
 
-    def _check_writable(self) -> None:
-        if self._read_only:
-            raise ReadOnlyError(f"array {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write")
-
     # -- metadata changes ------------------------------------------------------------------
-    def _get_attributes(self) -> dict[str, Any]:
-        return self._metadata.attributes
-
-    def _set_attributes(self, attributes: dict[str, Any]) -> None:
-        self._update_metadata(self._metadata.evolve(attributes=attributes))
-
-    def _update_metadata(self, metadata: ArrayMetadata) -> None:
-        self._check_writable()
-        self._store.set(self._metadata_key, metadata.to_bytes())
-        self._metadata = metadata
-
     def resize(self, *shape: Any) -> None:
         """Change the shape. Chunks wholly outside the new shape are deleted, and the part of a
         boundary chunk past the new edge is reset to the fill value, so growing the array later
@@ -302,7 +254,7 @@ class Array:
             self._trim_chunks(new, to_trim)
             if to_delete:
                 self._store.delete_many(to_delete)
-        self._update_metadata(new)
+        self._write_metadata(new)
 
     def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> None:
         """Reset to fill value the part of each chunk that lies past the new shape."""

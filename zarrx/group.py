@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from zarrx.array import Array
-from zarrx.attributes import Attributes
-from zarrx.errors import InvalidPathError, NodeNotFoundError, ReadOnlyError
+from zarrx.errors import InvalidPathError, NodeNotFoundError
 from zarrx.metadata.node import ArrayMetadata, GroupMetadata, parse_node_metadata
+from zarrx.node import Node
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
 
@@ -32,7 +32,7 @@ def node_from_metadata(
     return Group(store, path, metadata, read_only=read_only, consolidated=consolidated)
 
 
-class Group:
+class Group(Node[GroupMetadata]):
     """A Zarr group in a store.
 
     Open or create one with :func:`zarrx.open_group` / :func:`zarrx.create_group`.
@@ -46,6 +46,8 @@ class Group:
     ['t2m']
     """
 
+    _kind = "group"
+
     def __init__(
         self,
         store: Store,
@@ -55,48 +57,14 @@ class Group:
         read_only: bool = False,
         consolidated: dict[str, dict[str, Any]] | None = None,
     ) -> None:
-        self._store = store
-        self._path = path
-        self._metadata = metadata
-        self._read_only = read_only or store.read_only
+        super().__init__(store, path, metadata, read_only=read_only)
         #: child documents keyed by path relative to this group, when read from consolidated metadata
         self._consolidated = consolidated
 
     # -- description ------------------------------------------------------------------------
     @property
-    def store(self) -> Store:
-        return self._store
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def name(self) -> str:
-        return "/" + self._path
-
-    @property
-    def basename(self) -> str:
-        return self._path.rsplit("/", 1)[-1]
-
-    @property
-    def metadata(self) -> GroupMetadata:
-        return self._metadata
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
-    @property
-    def attrs(self) -> Attributes:
-        return Attributes(self)
-
-    @property
     def is_consolidated(self) -> bool:
         return self._consolidated is not None
-
-    def __repr__(self) -> str:
-        return f"<zarrx.Group {self._store!r} {self.name!r}>"
 
     # -- children ---------------------------------------------------------------------------
     def _child_path(self, name: str) -> str:
@@ -215,19 +183,6 @@ class Group:
         return "\n".join(lines)
 
     # -- changes ----------------------------------------------------------------------------
-    def _check_writable(self) -> None:
-        if self._read_only:
-            raise ReadOnlyError(f"group {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write")
-
-    def _get_attributes(self) -> dict[str, Any]:
-        return self._metadata.attributes
-
-    def _set_attributes(self, attributes: dict[str, Any]) -> None:
-        self._check_writable()
-        metadata = self._metadata.evolve(attributes=attributes)
-        self._store.set(join_key(self._path, "zarr.json"), metadata.to_bytes())
-        self._metadata = metadata
-
     def create_array(self, name: str, **kwargs: Any) -> Array:
         """Create an array below this group; takes :func:`zarrx.create_array`'s keywords."""
         from zarrx.api import create_array

@@ -211,47 +211,42 @@ class _ProductIndexer:
         return math.prod(len(d) for d in self._dims)
 
 
+def _dims_of(
+    selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...], *, arrays: bool
+) -> tuple[list[list[DimProjection]], list[int | None]]:
+    """Per-dimension projections and output lengths (None: dimension dropped by an int)."""
+    dims, counts = [], []
+    for dim, (item, length, chunk) in enumerate(zip(normalize_selection(selection, len(shape)), shape, chunk_shape)):
+        if _is_integer(item):
+            dims.append(_int_dim(item, length, chunk, dim))
+            counts.append(None)
+            continue
+        if isinstance(item, slice):
+            count, projections = _slice_dim(item, length, chunk, dim)
+        elif arrays:
+            try:
+                array = np.asarray(item)
+            except (TypeError, ValueError) as error:
+                raise SelectionError(f"unsupported selection {item!r} for dimension {dim}") from error
+            count, projections = _array_dim(array, length, chunk, dim)
+        else:
+            raise SelectionError(
+                f"unsupported selection {item!r} for dimension {dim}: basic indexing takes ints, slices "
+                "and Ellipsis; use .oindex for arrays/masks per dimension or .vindex for coordinates"
+            )
+        dims.append(projections)
+        counts.append(count)
+    return dims, counts
+
+
 class BasicIndexer(_ProductIndexer):
     def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...]):
-        selection = normalize_selection(selection, len(shape))
-        dims, counts = [], []
-        for dim, (item, length, chunk) in enumerate(zip(selection, shape, chunk_shape)):
-            if _is_integer(item):
-                dims.append(_int_dim(item, length, chunk, dim))
-                counts.append(None)
-            elif isinstance(item, slice):
-                count, projections = _slice_dim(item, length, chunk, dim)
-                dims.append(projections)
-                counts.append(count)
-            else:
-                raise SelectionError(
-                    f"unsupported selection {item!r} for dimension {dim}: basic indexing takes ints, slices "
-                    "and Ellipsis; use .oindex for arrays/masks per dimension or .vindex for coordinates"
-                )
-        super().__init__(dims, counts, chunk_shape, shape)
+        super().__init__(*_dims_of(selection, shape, chunk_shape, arrays=False), chunk_shape, shape)
 
 
 class OrthogonalIndexer(_ProductIndexer):
     def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...]):
-        selection = normalize_selection(selection, len(shape))
-        dims, counts = [], []
-        for dim, (item, length, chunk) in enumerate(zip(selection, shape, chunk_shape)):
-            if _is_integer(item):
-                dims.append(_int_dim(item, length, chunk, dim))
-                counts.append(None)
-            elif isinstance(item, slice):
-                count, projections = _slice_dim(item, length, chunk, dim)
-                dims.append(projections)
-                counts.append(count)
-            else:
-                try:
-                    array = np.asarray(item)
-                except (TypeError, ValueError) as error:
-                    raise SelectionError(f"unsupported selection {item!r} for dimension {dim}") from error
-                count, projections = _array_dim(array, length, chunk, dim)
-                dims.append(projections)
-                counts.append(count)
-        super().__init__(dims, counts, chunk_shape, shape)
+        super().__init__(*_dims_of(selection, shape, chunk_shape, arrays=True), chunk_shape, shape)
 
 
 class VectorizedIndexer:

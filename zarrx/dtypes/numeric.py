@@ -33,7 +33,7 @@ from zarrx.errors import MetadataError
 __all__ = [
     "Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
     "Float16", "Float32", "Float64", "Complex64", "Complex128", "RawBits",
-    "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
+    "NamedType", "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
 ]  # fmt: skip
 
 
@@ -64,8 +64,20 @@ def parse_byte_list(value: Any, length: int | None, field_name: str = "fill_valu
     return bytes(value)
 
 
-class _Scalar(DataType):
-    """A core type without configuration whose JSON form is its name."""
+class NamedType(DataType):
+    """A data type without configuration whose JSON form is its name."""
+
+    @classmethod
+    def from_json(cls, name: str, configuration: Mapping[str, Any]) -> DataType:
+        parse_no_configuration(name, configuration)
+        return cls()
+
+    def to_json(self) -> JSON:
+        return self.name
+
+
+class _Scalar(NamedType):
+    """A core numeric type: a NumPy scalar type, named by its spec name."""
 
     numpy_type: ClassVar[type[np.generic]]
 
@@ -76,14 +88,6 @@ class _Scalar(DataType):
     @property
     def needs_endian(self) -> bool:
         return self.numpy_dtype.itemsize > 1
-
-    @classmethod
-    def from_json(cls, name: str, configuration: Mapping[str, Any]) -> DataType:
-        parse_no_configuration(name, configuration)
-        return cls()
-
-    def to_json(self) -> JSON:
-        return self.name
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype) -> DataType | None:

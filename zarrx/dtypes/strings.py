@@ -30,7 +30,7 @@ import numpy as np
 
 from zarrx.dtypes import register_data_type
 from zarrx.dtypes.base import JSON, DataType
-from zarrx.dtypes.numeric import parse_byte_list, parse_no_configuration
+from zarrx.dtypes.numeric import NamedType, parse_byte_list
 from zarrx.errors import MetadataError
 
 __all__ = [
@@ -77,18 +77,8 @@ def to_base64(raw: bytes) -> str:
     return base64.standard_b64encode(raw).decode("ascii")
 
 
-class _NoConfiguration(DataType):
-    @classmethod
-    def from_json(cls, name: str, configuration: Mapping[str, Any]) -> DataType:
-        parse_no_configuration(name, configuration)
-        return cls()
-
-    def to_json(self) -> JSON:
-        return self.name
-
-
 @register_data_type
-class String(_NoConfiguration):
+class String(NamedType):
     """``string``: variable-length UTF-8 text, NumPy ``StringDType`` in memory."""
 
     name = "string"
@@ -123,7 +113,7 @@ class String(_NoConfiguration):
 
 
 @register_data_type
-class Bytes(_NoConfiguration):
+class Bytes(NamedType):
     """``bytes``: variable-length byte strings, NumPy object dtype holding ``bytes``."""
 
     name = "bytes"

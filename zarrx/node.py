@@ -1,0 +1,86 @@
+"""What arrays and groups share: where they live, their metadata document and attributes.
+
+A node is a store, a path (``""`` for the root) and the parsed ``zarr.json``
+found there. Changes to the document (attributes, an array's shape) go through
+:meth:`Node._write_metadata`, which refuses read-only nodes and rewrites the one
+key atomically.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from zarrx.attributes import Attributes
+from zarrx.errors import ReadOnlyError
+from zarrx.metadata.node import ArrayMetadata, GroupMetadata
+from zarrx.storage.paths import join_key
+from zarrx.storage.store import Store
+
+__all__ = ["Node"]
+
+M = TypeVar("M", ArrayMetadata, GroupMetadata)
+
+
+class Node(Generic[M]):
+    _kind = "node"
+
+    def __init__(self, store: Store, path: str, metadata: M, *, read_only: bool = False) -> None:
+        self._store = store
+        self._path = path
+        self._metadata = metadata
+        self._read_only = read_only or store.read_only
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def path(self) -> str:
+        """Path from the hierarchy's root, without a leading slash (``""`` for the root)."""
+        return self._path
+
+    @property
+    def name(self) -> str:
+        """Path from the hierarchy's root, with a leading slash."""
+        return "/" + self._path
+
+    @property
+    def basename(self) -> str:
+        return self._path.rsplit("/", 1)[-1]
+
+    @property
+    def metadata(self) -> M:
+        return self._metadata
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def attrs(self) -> Attributes:
+        """User attributes; every change is saved at once."""
+        return Attributes(self)
+
+    @property
+    def _metadata_key(self) -> str:
+        return join_key(self._path, "zarr.json")
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise ReadOnlyError(
+                f"{self._kind} {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write"
+            )
+
+    def _write_metadata(self, metadata: M) -> None:
+        self._check_writable()
+        self._store.set(self._metadata_key, metadata.to_bytes())
+        self._metadata = metadata
+
+    def _get_attributes(self) -> dict[str, Any]:
+        return self._metadata.attributes
+
+    def _set_attributes(self, attributes: dict[str, Any]) -> None:
+        self._write_metadata(self._metadata.evolve(attributes=attributes))
+
+    def __repr__(self) -> str:
+        return f"<zarrx.{type(self).__name__} {self._store!r} {self.name!r}>"
