@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from zarrx.chunk_io import ChunkLayout, as_array_of, is_all_fill, read_selection, write_selection
+from zarrx.codecs import ShardingCodec, TransposeCodec
 from zarrx.errors import MetadataError, SelectionError
 from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 from zarrx.metadata.chunk_grid import parse_shape
@@ -92,11 +93,26 @@ class Array(Node[ArrayMetadata]):
 
     @property
     def chunks(self) -> tuple[int, ...]:
-        return self._metadata.chunks
+        """The shape of the chunks that are encoded one by one (inner chunks of a sharded array)."""
+        pipeline = self._metadata.codecs
+        if not isinstance(pipeline.array_bytes, ShardingCodec):
+            return self._metadata.chunks
+        inner = pipeline.array_bytes.chunk_shape
+        # transposes before the sharding codec permute the shard; report inner chunks in array order
+        for codec in reversed(pipeline.array_array):
+            if not isinstance(codec, TransposeCodec):
+                return self._metadata.chunks
+            order = codec.permutation(len(inner))
+            restored = [0] * len(inner)
+            for position, axis in enumerate(order):
+                restored[axis] = inner[position]
+            inner = tuple(restored)
+        return inner
 
     @property
     def shards(self) -> tuple[int, ...] | None:
-        return None
+        """The shard shape (the stored objects' chunk grid), or None when the array is not sharded."""
+        return self._metadata.chunks if isinstance(self._metadata.codecs.array_bytes, ShardingCodec) else None
 
     @property
     def fill_value(self) -> Any:
@@ -179,25 +195,25 @@ class Array(Node[ArrayMetadata]):
             self.set_orthogonal_selection(selection, value)
 
     def get_basic_selection(self, selection: Any = Ellipsis) -> Any:
-        return self._scalar_or_array(self._read(BasicIndexer(selection, self.shape, self.chunks)), selection)
+        return self._scalar_or_array(self._read(BasicIndexer(selection, self.shape, self._layout.io_chunk_shape)), selection)
 
     def set_basic_selection(self, selection: Any, value: Any) -> None:
-        self._write(BasicIndexer(selection, self.shape, self.chunks), value)
+        self._write(BasicIndexer(selection, self.shape, self._layout.io_chunk_shape), value)
 
     def get_orthogonal_selection(self, selection: Any) -> Any:
-        return self._scalar_or_array(self._read(OrthogonalIndexer(selection, self.shape, self.chunks)), selection)
+        return self._scalar_or_array(self._read(OrthogonalIndexer(selection, self.shape, self._layout.io_chunk_shape)), selection)
 
     def set_orthogonal_selection(self, selection: Any, value: Any) -> None:
-        self._write(OrthogonalIndexer(selection, self.shape, self.chunks), value)
+        self._write(OrthogonalIndexer(selection, self.shape, self._layout.io_chunk_shape), value)
 
     def get_coordinate_selection(self, selection: Any) -> np.ndarray:
-        indexer = VectorizedIndexer(selection, self.shape, self.chunks)
+        indexer = VectorizedIndexer(selection, self.shape, self._layout.io_chunk_shape)
         out = np.empty(math.prod(indexer.shape), dtype=self.dtype)
         read_selection(self._layout, indexer, out)
         return out.reshape(indexer.shape)
 
     def set_coordinate_selection(self, selection: Any, value: Any) -> None:
-        indexer = VectorizedIndexer(selection, self.shape, self.chunks)
+        indexer = VectorizedIndexer(selection, self.shape, self._layout.io_chunk_shape)
         value = as_array_of(value, self.dtype, indexer.shape).reshape(-1)
         self._check_writable()
         write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)

@@ -15,22 +15,31 @@ what a dask task needs, and light to pickle.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable
 
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import ChunkEncodeError, SelectionError
 from zarrx.indexing import ChunkProjection
 from zarrx.metadata.node import ArrayMetadata
+from zarrx.shard_io import read_sharded, write_sharded
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = ["ChunkLayout", "read_selection", "write_selection", "is_all_fill", "as_array_of"]
 
 _UINT_BY_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+#: chunks smaller than this decode faster on one thread: per-chunk Python work holds
+#: the GIL longer than the codec releases it (measured: 2.5 KiB float32 zstd chunks,
+#: 0.60 s on one thread vs 0.98 s on two for 6,400 chunks)
+MIN_THREADED_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,25 @@ class ChunkLayout:
     @property
     def pipeline(self) -> CodecPipeline:
         return self.metadata.codecs
+
+    @cached_property
+    def sharding(self) -> ShardingCodec | None:
+        """The sharding codec when shards can be read and written in parts (it is the only codec;
+        array -> array codecs before it change the shard's layout, and such arrays use whole shards)."""
+        pipeline = self.pipeline
+        if isinstance(pipeline.array_bytes, ShardingCodec) and not pipeline.array_array and not pipeline.bytes_bytes:
+            return pipeline.array_bytes
+        return None
+
+    @property
+    def io_chunk_shape(self) -> tuple[int, ...]:
+        """The grid selections are projected onto: inner chunks for sharded arrays, else chunks."""
+        return self.sharding.chunk_shape if self.sharding is not None else self.metadata.chunks
+
+    def worth_threads(self, spec: ChunkSpec) -> bool:
+        """Whether chunks of ``spec`` are big enough to decode on the pool (see MIN_THREADED_CHUNK_BYTES)."""
+        nbytes = spec.nbytes
+        return nbytes is None or nbytes >= MIN_THREADED_CHUNK_BYTES
 
     def chunk_key(self, chunk_coords: tuple[int, ...]) -> str:
         return join_key(self.path, self.metadata.chunk_key(chunk_coords))
@@ -91,21 +119,13 @@ def is_all_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     return bool(np.all(flat.view(np.uint8).reshape(-1, itemsize) == fill.view(np.uint8)))
 
 
-#: chunks smaller than this decode faster on one thread: per-chunk Python work holds
-#: the GIL longer than the codec releases it (measured: 2.5 KiB float32 zstd chunks,
-#: 0.60 s on one thread vs 0.98 s on two for 6,400 chunks)
-MIN_THREADED_CHUNK_BYTES = 64 * 1024
-
-
-def _worth_threads(layout: ChunkLayout) -> bool:
-    nbytes = layout.spec.nbytes
-    return nbytes is None or nbytes >= MIN_THREADED_CHUNK_BYTES
-
 
 def read_selection(
     layout: ChunkLayout, projections: Iterable[ChunkProjection], out: np.ndarray
 ) -> np.ndarray:
     """Fill ``out`` from every chunk the projections touch; returns ``out``."""
+    if layout.sharding is not None:
+        return read_sharded(layout, projections, out)
     projections = list(projections)
     keys = [layout.chunk_key(p.chunk_coords) for p in projections]
     blobs = layout.store.get_many(list(dict.fromkeys(keys)))
@@ -121,7 +141,7 @@ def read_selection(
             out[projection.out_selection] = chunk[projection.chunk_selection]
 
     items = list(zip(projections, keys))
-    if _worth_threads(layout):
+    if layout.worth_threads(layout.spec):
         map_concurrent(read_one, items)
     else:
         for item in items:
@@ -137,6 +157,8 @@ def write_selection(
     write_empty_chunks: bool = False,
 ) -> None:
     """Write ``value`` (already of the selection's shape and the array's dtype) chunk by chunk."""
+    if layout.sharding is not None:
+        return write_sharded(layout, projections, value, write_empty_chunks=write_empty_chunks)
     projections = list(projections)
     keys = [layout.chunk_key(p.chunk_coords) for p in projections]
     partial_keys = [key for p, key in zip(projections, keys) if not p.is_complete_chunk]
@@ -163,7 +185,7 @@ def write_selection(
         return key, layout.pipeline.encode(chunk, layout.spec)
 
     items = list(zip(projections, keys))
-    results = map_concurrent(encode_one, items) if _worth_threads(layout) else [encode_one(i) for i in items]
+    results = map_concurrent(encode_one, items) if layout.worth_threads(layout.spec) else [encode_one(i) for i in items]
     to_store = {key: data for key, data in results if data is not None}
     to_delete = [key for key, data in results if data is None]
     if to_store:

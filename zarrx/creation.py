@@ -10,7 +10,15 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from zarrx.codecs import BytesCodec, CodecPipeline, VLenBytesCodec, VLenUTF8Codec, ZstdCodec, parse_codecs
+from zarrx.codecs import (
+    BytesCodec,
+    CodecPipeline,
+    ShardingCodec,
+    VLenBytesCodec,
+    VLenUTF8Codec,
+    ZstdCodec,
+    parse_codecs,
+)
 from zarrx.codecs.base import ChunkSpec
 from zarrx.dtypes import DataType, resolve_data_type
 from zarrx.errors import MetadataError, ZarrxError
@@ -48,6 +56,18 @@ def parse_chunks(chunks: Any, shape: tuple[int, ...], data_type: DataType) -> tu
     return chunks
 
 
+def parse_shards(shards: Any, chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """The shard shape: a multiple of the inner chunk shape along every dimension."""
+    if isinstance(shards, int) and not isinstance(shards, bool):
+        shards = (shards,) * len(chunks)
+    shards = parse_shape(list(shards) if isinstance(shards, (list, tuple)) else shards, "shards", minimum=1)
+    if len(shards) != len(chunks) or any(s % c for s, c in zip(shards, chunks)):
+        raise MetadataError(
+            f"shards: expected a multiple of the chunk shape {chunks} along each dimension, found {shards}"
+        )
+    return shards
+
+
 def default_serializer(data_type: DataType) -> Any:
     if data_type.is_variable_length:
         if data_type.name == "string":
@@ -82,9 +102,9 @@ def build_array_metadata(
         shape = (shape,)
     shape = parse_shape(list(shape) if isinstance(shape, (list, tuple)) else shape, "shape")
     data_type = resolve_data_type(dtype)
-    if shards is not None:
-        raise ZarrxError("shards: sharded arrays are not supported yet (sharding_indexed is planned)")
     chunk_shape = parse_chunks(chunks, shape, data_type)
+    if shards is not None:
+        shards = parse_shards(shards, chunk_shape)
     if fill_value is None:
         fill_value = data_type.default_fill_value()
     else:
@@ -99,6 +119,10 @@ def build_array_metadata(
     if isinstance(compressors, str) and compressors == "auto":
         compressors = [ZstdCodec(level=0, checksum=False)]
     codecs = parse_codecs([*_codec_list(filters), serializer, *_codec_list(compressors)])
+    if shards is not None:
+        # as zarr-python does: every codec applies to inner chunks; the index is bytes + crc32c
+        codecs = (ShardingCodec(chunk_shape=chunk_shape, codecs=codecs),)
+        chunk_shape = shards
     spec = ChunkSpec(chunk_shape, data_type, fill_value)
     pipeline = CodecPipeline.from_codecs(codecs).evolve_from_spec(spec)
     encoding = (

@@ -17,6 +17,7 @@ from zarrx.codecs.crc32c import Crc32cCodec
 from zarrx.codecs.gzip import GzipCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.codecs.registry import codec_from_json, get_codec_class, register_codec
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.codecs.vlen import VLenBytesCodec, VLenUTF8Codec
 from zarrx.codecs.zstd import ZstdCodec
@@ -33,6 +34,7 @@ __all__ = [
     "CodecPipeline",
     "Crc32cCodec",
     "GzipCodec",
+    "ShardingCodec",
     "TransposeCodec",
     "VLenBytesCodec",
     "VLenUTF8Codec",

@@ -1,0 +1,222 @@
+"""The ``sharding_indexed`` codec (v3 codecs/sharding-indexed).
+
+A shard is one stored object holding a grid of *inner chunks*, each encoded with
+the inner ``codecs``, plus an *index*: for each inner chunk its ``offset`` and
+``nbytes`` in the shard as uint64 pairs (both ``2**64 - 1`` for an empty inner
+chunk, which reads as the fill value), encoded with ``index_codecs`` (fixed size:
+``bytes`` + ``crc32c`` by default) at the ``start`` or ``end`` of the object.
+
+As a codec it encodes and decodes whole shards. The array layer reads parts of
+shards through :meth:`ShardingCodec.index_range`, :meth:`ShardingCodec.decode_index`
+and :meth:`ShardingCodec.decode_inner`, and writes them with
+:meth:`ShardingCodec.assemble`, so it fetches only the index and the inner chunks
+a selection touches, and re-encodes only the inner chunks a write changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+import itertools
+
+import numpy as np
+
+from zarrx.codecs.base import ArrayBytesCodec, Buffer, ChunkSpec, as_uint8, parse_choice, raise_unexpected, require_member
+from zarrx.codecs.bytes import BytesCodec
+from zarrx.codecs.crc32c import Crc32cCodec
+from zarrx.codecs.registry import register_codec
+from zarrx.errors import ChunkDecodeError, MetadataError
+from zarrx.storage.store import ByteRequest, RangeByteRequest, SuffixByteRequest
+
+__all__ = ["ShardingCodec", "EMPTY"]
+
+#: offset and nbytes of an empty inner chunk
+EMPTY = np.uint64(2**64 - 1)
+
+
+def _pipeline(value: Any, field_name: str) -> Any:
+    from zarrx.codecs.pipeline import CodecPipeline
+    from zarrx.codecs import parse_codecs
+
+    if isinstance(value, CodecPipeline):
+        return value
+    return CodecPipeline.from_codecs(parse_codecs(value, field_name), field_name=field_name)
+
+
+@register_codec
+@dataclass(frozen=True, eq=False)
+class ShardingCodec(ArrayBytesCodec):
+    """Inner chunks of ``chunk_shape`` in one object, with an index.
+
+    Examples
+    --------
+    >>> ShardingCodec(chunk_shape=(32, 32), codecs=[BytesCodec(endian="little")]).to_json()["configuration"]["index_location"]
+    'end'
+    """
+
+    name = "sharding_indexed"
+
+    chunk_shape: tuple[int, ...]
+    codecs: Any = (BytesCodec(endian="little"),)
+    index_codecs: Any = (BytesCodec(endian="little"), Crc32cCodec())
+    index_location: Literal["start", "end"] = "end"
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.chunk_shape)
+        if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+            raise MetadataError(f"codecs: sharding_indexed: chunk_shape must be positive integers, found {self.chunk_shape!r}")
+        object.__setattr__(self, "chunk_shape", tuple(int(s) for s in shape))
+        object.__setattr__(self, "codecs", _pipeline(self.codecs, "codecs: sharding_indexed.codecs"))
+        object.__setattr__(self, "index_codecs", _pipeline(self.index_codecs, "codecs: sharding_indexed.index_codecs"))
+        parse_choice(self.name, "index_location", self.index_location, ("start", "end"))
+
+    @classmethod
+    def from_json(cls, configuration: Mapping[str, Any]) -> "ShardingCodec":
+        raise_unexpected(cls.name, configuration, ("chunk_shape", "codecs", "index_codecs", "index_location"))
+        chunk_shape = require_member(cls.name, configuration, "chunk_shape")
+        if not isinstance(chunk_shape, list):
+            raise MetadataError(f"codecs: sharding_indexed: chunk_shape must be a list, found {chunk_shape!r}")
+        return cls(
+            chunk_shape=tuple(chunk_shape),
+            codecs=require_member(cls.name, configuration, "codecs"),
+            index_codecs=require_member(cls.name, configuration, "index_codecs"),
+            index_location=configuration.get("index_location", "end"),
+        )
+
+    def configuration(self) -> dict[str, Any]:
+        return {
+            "chunk_shape": list(self.chunk_shape),
+            "codecs": self.codecs.to_json(),
+            "index_codecs": self.index_codecs.to_json(),
+            "index_location": self.index_location,
+        }
+
+    # -- specs ---------------------------------------------------------------------------
+    def chunks_per_shard(self, spec: ChunkSpec) -> tuple[int, ...]:
+        return tuple(s // c for s, c in zip(spec.shape, self.chunk_shape))
+
+    def inner_spec(self, spec: ChunkSpec) -> ChunkSpec:
+        return ChunkSpec(self.chunk_shape, spec.data_type, spec.fill_value)
+
+    def index_spec(self, spec: ChunkSpec) -> ChunkSpec:
+        return ChunkSpec((*self.chunks_per_shard(spec), 2), _uint64(), EMPTY)
+
+    def index_size(self, spec: ChunkSpec) -> int:
+        size = self.index_codecs.encoded_size(self.index_spec(spec))
+        return int(size)  # validate() guarantees a fixed size
+
+    def evolve_from_spec(self, spec: ChunkSpec) -> "ShardingCodec":
+        inner = self.inner_spec(spec) if len(spec.shape) == len(self.chunk_shape) else spec
+        return ShardingCodec(
+            chunk_shape=self.chunk_shape,
+            codecs=self.codecs.evolve_from_spec(inner),
+            index_codecs=self.index_codecs.evolve_from_spec(self.index_spec(spec)) if inner is not spec else self.index_codecs,
+            index_location=self.index_location,
+        )
+
+    def validate(self, spec: ChunkSpec) -> None:
+        if len(spec.shape) != len(self.chunk_shape):
+            raise MetadataError(
+                f"codecs: sharding_indexed: chunk_shape {list(self.chunk_shape)} must have one length per "
+                f"dimension of the shard shape {list(spec.shape)}"
+            )
+        if any(s % c for s, c in zip(spec.shape, self.chunk_shape)):
+            raise MetadataError(
+                f"codecs: sharding_indexed: the inner chunk shape {list(self.chunk_shape)} must evenly divide "
+                f"the shard shape {list(spec.shape)}"
+            )
+        self.codecs.validate(self.inner_spec(spec))
+        index_spec = self.index_spec(spec)
+        self.index_codecs.validate(index_spec)
+        if self.index_codecs.encoded_size(index_spec) is None:
+            raise MetadataError(
+                "codecs: sharding_indexed: index_codecs must produce a fixed size (no compression); "
+                "use bytes (+ crc32c)"
+            )
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        return None
+
+    # -- the index -----------------------------------------------------------------------
+    def index_range(self, spec: ChunkSpec) -> ByteRequest:
+        """Where the index is in a shard: the first or last :meth:`index_size` bytes."""
+        size = self.index_size(spec)
+        return SuffixByteRequest(size) if self.index_location == "end" else RangeByteRequest(0, size)
+
+    def decode_index(self, data: Buffer, spec: ChunkSpec, key: str, shard_size: int | None = None) -> np.ndarray:
+        """The ``(*chunks_per_shard, 2)`` uint64 index; offsets past the shard are ChunkDecodeErrors."""
+        index = self.index_codecs.decode(data, self.index_spec(spec), key=f"{key} (shard index)")
+        index = np.asarray(index, dtype=np.uint64)
+        offsets, nbytes = index[..., 0], index[..., 1]
+        empty = (offsets == EMPTY) & (nbytes == EMPTY)
+        if shard_size is not None:
+            size = np.uint64(shard_size)
+            # written so that nothing overflows: offset <= size, then nbytes <= size - offset
+            too_far = ~empty & ((offsets > size) | (nbytes > size - np.minimum(offsets, size)))
+            if too_far.any():
+                where = tuple(int(i) for i in np.argwhere(too_far)[0])
+                raise ChunkDecodeError(
+                    f"chunk {key!r}: codec 'sharding_indexed': the index entry of inner chunk {where} points past "
+                    f"the end of the {shard_size}-byte shard (offset {int(offsets[where])}, nbytes {int(nbytes[where])})"
+                )
+        return index
+
+    def decode_inner(self, data: Buffer, spec: ChunkSpec, key: str) -> np.ndarray:
+        return self.codecs.decode(data, self.inner_spec(spec), key=key)
+
+    # -- whole shards ----------------------------------------------------------------------
+    def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
+        source = as_uint8(data)
+        index_size = self.index_size(spec)
+        if source.nbytes < index_size:
+            raise ChunkDecodeError(f"a shard of {source.nbytes} bytes cannot hold its {index_size}-byte index")
+        raw_index = source[-index_size:] if self.index_location == "end" else source[:index_size]
+        index = self.decode_index(raw_index, spec, "shard", shard_size=source.nbytes)
+        out = np.full(spec.shape, spec.fill_value, dtype=spec.dtype)
+        for inner_coords in itertools.product(*(range(n) for n in self.chunks_per_shard(spec))):
+            offset, nbytes = index[inner_coords]
+            if offset == EMPTY and nbytes == EMPTY:
+                continue
+            chunk = self.decode_inner(source[int(offset) : int(offset) + int(nbytes)], spec, f"inner chunk {inner_coords}")
+            out[self.inner_region(inner_coords)] = chunk
+        return out
+
+    def inner_region(self, inner_coords: Sequence[int]) -> tuple[slice, ...]:
+        return tuple(slice(i * c, (i + 1) * c) for i, c in zip(inner_coords, self.chunk_shape))
+
+    def encode(self, array: np.ndarray, spec: ChunkSpec) -> Buffer:
+        from zarrx.chunk_io import is_all_fill
+
+        inner_spec = self.inner_spec(spec)
+        encoded = {}
+        for inner_coords in itertools.product(*(range(n) for n in self.chunks_per_shard(spec))):
+            chunk = array[self.inner_region(inner_coords)]
+            if not is_all_fill(chunk, spec.fill_value):
+                encoded[inner_coords] = self.codecs.encode(np.ascontiguousarray(chunk), inner_spec)
+        return self.assemble(encoded, spec)
+
+    def assemble(self, encoded: Mapping[tuple[int, ...], Buffer], spec: ChunkSpec) -> bytes:
+        """A shard from encoded inner chunks (absent coordinates are empty), in C order."""
+        index = np.full((*self.chunks_per_shard(spec), 2), EMPTY, dtype=np.uint64)
+        index_size = self.index_size(spec)
+        offset = index_size if self.index_location == "start" else 0
+        parts = []
+        for inner_coords in sorted(encoded):
+            data = encoded[inner_coords]
+            size = memoryview(data).nbytes
+            index[inner_coords] = (offset, size)
+            parts.append(data)
+            offset += size
+        raw_index = self.index_codecs.encode(index, self.index_spec(spec))
+        if self.index_location == "start":
+            parts.insert(0, raw_index)
+        else:
+            parts.append(raw_index)
+        return b"".join(parts)
+
+
+def _uint64() -> Any:
+    from zarrx.dtypes.numeric import UInt64
+
+    return UInt64()
