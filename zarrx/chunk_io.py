@@ -170,9 +170,7 @@ def write_selection(
         new_data = value[projection.out_selection]
         region = layout.chunk_region(projection.chunk_coords)
         if projection.is_complete_chunk and all(r.stop == size for r, size in zip(region, chunk_shape)):
-            chunk = np.asarray(new_data)  # (not ascontiguousarray: it turns 0-d into 1-d)
-            if not chunk.flags.c_contiguous:
-                chunk = chunk.copy()
+            chunk = np.asarray(new_data)  # codecs take any layout; the serializer copies as it must
         else:
             raw = existing.get(key)
             if raw is None:

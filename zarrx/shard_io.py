@@ -177,7 +177,7 @@ def write_sharded(
             if not write_empty_chunks and is_all_fill(chunk, fill_value):
                 encoded.pop(inner, None)
             else:
-                encoded[inner] = codec.codecs.encode(np.ascontiguousarray(chunk), inner_spec, key=key)
+                encoded[inner] = codec.codecs.encode(chunk, inner_spec, key=key)
         return key, (codec.assemble(encoded, spec) if encoded else None)
 
     results = map_concurrent(build, shards) if layout.worth_threads(spec) else [build(s) for s in shards]

@@ -64,7 +64,7 @@ class ShardingCodec(ArrayBytesCodec):
 
     def __post_init__(self) -> None:
         shape = tuple(self.chunk_shape)
-        if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
             raise MetadataError(f"codecs: sharding_indexed: chunk_shape must be positive integers, found {self.chunk_shape!r}")
         object.__setattr__(self, "chunk_shape", tuple(int(s) for s in shape))
         object.__setattr__(self, "codecs", _pipeline(self.codecs, "codecs: sharding_indexed.codecs"))
@@ -193,7 +193,7 @@ class ShardingCodec(ArrayBytesCodec):
         for inner_coords in itertools.product(*(range(n) for n in self.chunks_per_shard(spec))):
             chunk = array[self.inner_region(inner_coords)]
             if not is_all_fill(chunk, spec.fill_value):
-                encoded[inner_coords] = self.codecs.encode(np.ascontiguousarray(chunk), inner_spec)
+                encoded[inner_coords] = self.codecs.encode(chunk, inner_spec)
         return self.assemble(encoded, spec)
 
     def assemble(self, encoded: Mapping[tuple[int, ...], Buffer], spec: ChunkSpec) -> bytes:
