@@ -75,7 +75,7 @@ def sample_values(name, dtype, shape, seed=0):
 
 
 def assert_same(actual, expected):
-    """Equal values, NaN equal to NaN, including dtype."""
+    """Equal values, NaN equal to NaN (and NaT to NaT), including dtype."""
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     assert actual.shape == expected.shape
@@ -86,6 +86,8 @@ def assert_same(actual, expected):
         np.testing.assert_array_equal(np.signbit(actual.real), np.signbit(expected.real))
     elif expected.dtype.kind == "V":
         assert actual.tobytes() == expected.tobytes()
+    elif expected.dtype.kind in "mM":  # NaT != NaT, but its int64 counts are equal
+        np.testing.assert_array_equal(actual.view(np.int64), expected.view(np.int64))
     else:
         assert (actual == expected).all() if actual.size else True
 

@@ -157,13 +157,21 @@ class ArrayMetadata:
             parse_node_type(_require(document, "node_type"), "array")
             shape = parse_shape(_require(document, "shape"), "shape")
             data_type = parse_data_type(_require(document, "data_type"))
+            chunk_grid = parse_chunk_grid(_require(document, "chunk_grid"))
+            fill_value = data_type.fill_value_from_json(_require(document, "fill_value"))
+            codecs = CodecPipeline.from_json(_require(document, "codecs"))
+            if getattr(data_type, "legacy", False):
+                # legacy "structured" is written back as "struct", whose bytes codec must state
+                # the byte order the legacy rule implied (little); otherwise our own rewrite of
+                # a zarr-python array would not open
+                codecs = codecs.evolve_from_spec(ChunkSpec(chunk_grid.chunk_shape, data_type, fill_value))
             return cls(
                 shape=shape,
                 data_type=data_type,
-                chunk_grid=parse_chunk_grid(_require(document, "chunk_grid")),
+                chunk_grid=chunk_grid,
                 chunk_key_encoding=parse_chunk_key_encoding(_require(document, "chunk_key_encoding")),
-                fill_value=data_type.fill_value_from_json(_require(document, "fill_value")),
-                codecs=CodecPipeline.from_json(_require(document, "codecs")),
+                fill_value=fill_value,
+                codecs=codecs,
                 attributes=parse_attributes(document.get("attributes")),
                 dimension_names=parse_dimension_names(document.get("dimension_names"), len(shape)),
                 storage_transformers=parse_storage_transformers(document.get("storage_transformers")),
