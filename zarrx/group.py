@@ -14,7 +14,7 @@ from zarrx.array import Array
 from zarrx.errors import InvalidPathError, NodeNotFoundError
 from zarrx.metadata.node import ArrayMetadata, GroupMetadata, parse_node_metadata
 from zarrx.node import Node
-from zarrx.storage.paths import join_key, normalize_path
+from zarrx.storage.paths import join_key, normalize_path, validate_node_name
 from zarrx.storage.store import Store
 
 __all__ = ["Group", "node_from_metadata"]
@@ -68,6 +68,15 @@ class Group(Node[GroupMetadata]):
 
     # -- children ---------------------------------------------------------------------------
     def _child_path(self, name: str) -> str:
+        """The path of a descendant given relative to this group ("a" or "a/b")."""
+        if not isinstance(name, str):
+            raise InvalidPathError(f"a child of group {self.name!r} is named by a string, found {name!r}")
+        if name.startswith("/"):
+            # an absolute name would silently mean a path under this group, not from the root
+            raise InvalidPathError(
+                f"child names are relative to group {self.name!r}; found the absolute name {name!r} "
+                "(open the root group to address nodes from the root)"
+            )
         relative = normalize_path(name)
         if not relative:
             raise InvalidPathError(f"a child of group {self.name!r} needs a non-empty name, found {name!r}")
@@ -82,7 +91,8 @@ class Group(Node[GroupMetadata]):
                 if "/" not in name
             }
         prefix = join_key(self._path, "")
-        names = sorted(name for name in self._store.list_dir(prefix) if name != "zarr.json")
+        # folders whose names are not node names (stray files, '__zarr…') are not children
+        names = sorted(name for name in self._store.list_dir(prefix) if name != "zarr.json" and _is_node_name(name))
         keys = {name: join_key(self._path, f"{name}/zarr.json") for name in names}
         documents = self._store.get_many(list(keys.values()))
         return {
@@ -219,3 +229,10 @@ class Group(Node[GroupMetadata]):
         array = self.create_array(name, shape=data.shape, dtype=data.dtype, overwrite=True)
         array[...] = data
 
+
+def _is_node_name(name: str) -> bool:
+    try:
+        validate_node_name(name)
+    except InvalidPathError:
+        return False
+    return True

@@ -64,7 +64,7 @@ def encode_json(document: Mapping[str, Any]) -> bytes:
 
 
 def parse_zarr_format(value: Any) -> int:
-    if value != 3 or isinstance(value, bool):
+    if type(value) is not int or value != 3:  # the integer 3: not 3.0, not true
         raise MetadataError(f"zarr_format: expected 3, found {value!r}")
     return 3
 

@@ -20,7 +20,9 @@ Rules this store keeps:
   folder and retries.
 * **Missing is None.** A missing file, or a folder where a key was asked for,
   reads as None; any other OS error is a :class:`~zarrx.errors.StoreError`
-  naming the key.
+  naming the key. So is anything else that is not a regular file (a FIFO, a
+  device such as ``/dev/zero`` behind a symlink, a socket): reading one could
+  block forever or never end.
 
 Batch methods (``get_many``, ``get_ranges``, ``set_many``, ``delete_many``)
 run on zarrx's shared thread pool (:mod:`zarrx.concurrency`: a few groups per
@@ -31,9 +33,11 @@ ranges.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
+import stat
 import uuid
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
@@ -64,18 +68,42 @@ def is_temporary_name(name: str) -> bool:
 
 # -- reading and writing one file ---------------------------------------------------
 def _read_range(file: BinaryIO, byte_range: ByteRequest) -> bytes:
+    # Clipped to the file's size first: a range from a corrupt shard index may start past what
+    # seek() accepts (2**63) or be longer than any buffer, and must still read as absent bytes.
+    size = os.fstat(file.fileno()).st_size
     match byte_range:
         case RangeByteRequest(start, end):
-            file.seek(start)
-            return file.read(end - start)
+            start, end = min(start, size), min(end, size)
         case OffsetByteRequest(offset):
-            file.seek(offset)
-            return file.read()
+            start, end = min(offset, size), size
         case SuffixByteRequest(suffix):
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(0, size - suffix))
-            return file.read()
-    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+            start, end = max(0, size - suffix), size
+        case _:
+            raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+    file.seek(start)
+    return file.read(end - start)
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # not on Windows
+_SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def _open_regular_file(path: str, flags: int) -> int:
+    """``open`` opener for reads: refuse what is not a regular file before reading from it.
+
+    ``O_NONBLOCK`` keeps the open of a FIFO without a writer from blocking (it changes nothing
+    for regular files); a folder is left to ``open``, which raises IsADirectoryError.
+    """
+    descriptor = os.open(path, flags | _NONBLOCK)
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = _SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
+            raise OSError(errno.EINVAL, f"not a regular file but {kind}", path)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 def _open_exclusive(path: str, directory: str) -> BinaryIO:
@@ -153,9 +181,9 @@ class LocalStore(Store):
         path = self._path(key)
         try:
             if byte_range is None:
-                with open(path, "rb", buffering=0) as file:
+                with open(path, "rb", buffering=0, opener=_open_regular_file) as file:
                     return file.read()
-            with open(path, "rb") as file:
+            with open(path, "rb", opener=_open_regular_file) as file:
                 return _read_range(file, byte_range)
         except _MISSING:
             return None
@@ -180,7 +208,7 @@ class LocalStore(Store):
         def read_ranges(key: str) -> None:
             path = self._path(key)
             try:
-                with open(path, "rb") as file:
+                with open(path, "rb", opener=_open_regular_file) as file:
                     for position in positions[key]:
                         results[position] = _read_range(file, requests[position][1])
             except _MISSING:
