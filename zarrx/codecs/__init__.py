@@ -20,6 +20,7 @@ from zarrx.codecs.registry import codec_from_json, get_codec_class, register_cod
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.codecs.vlen import VLenBytesCodec, VLenUTF8Codec
+from zarrx.codecs.zarrs_vlen import ZarrsVlenCodec
 from zarrx.codecs.zstd import ZstdCodec
 from zarrx.errors import MetadataError
 
@@ -38,6 +39,7 @@ __all__ = [
     "TransposeCodec",
     "VLenBytesCodec",
     "VLenUTF8Codec",
+    "ZarrsVlenCodec",
     "ZstdCodec",
     "codec_from_json",
     "get_codec_class",
