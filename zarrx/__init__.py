@@ -11,6 +11,18 @@ from zarrx.group import Group
 
 __version__ = "0.1.0"
 
+#: names loaded on first use, so ``import zarrx`` does not import dask
+_LAZY = {"from_zarr": "zarrx.dask", "to_zarr": "zarrx.dask"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'zarrx' has no attribute {name!r}")
+
+
 __all__ = [
     "Array",
     "Group",
@@ -20,5 +32,7 @@ __all__ = [
     "create_array",
     "create_group",
     "consolidate_metadata",
+    "from_zarr",
+    "to_zarr",
     "__version__",
 ]

@@ -240,6 +240,12 @@ class Array(Node[ArrayMetadata]):
         value = as_array_of(value, self.dtype, indexer.shape)
         write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
 
+    def to_dask(self, chunks: Any = None) -> Any:
+        """A lazy dask array, one task per chunk (per shard when sharded); see :func:`zarrx.dask.array_to_dask`."""
+        from zarrx.dask import array_to_dask
+
+        return array_to_dask(self, chunks)
+
     # -- metadata changes ------------------------------------------------------------------
     def resize(self, *shape: Any) -> None:
         """Change the shape. Chunks wholly outside the new shape are deleted, and the part of a
