@@ -318,3 +318,18 @@ def test_growing_touches_no_chunk():
     Watching.touched.clear()
     array.resize(7)
     assert Watching.touched == []
+
+
+def test_full_read_peak_memory_is_close_to_the_output(tmp_path):
+    import tracemalloc
+
+    array = zarrx.create_array(str(tmp_path / "a.zarr"), shape=(2048, 4096), chunks=(256, 512), dtype="float64")
+    array[...] = np.random.default_rng(0).random((2048, 4096))  # 64 MiB
+    reopened = zarrx.open_array(str(tmp_path / "a.zarr"))
+    tracemalloc.start()
+    try:
+        out = reopened[...]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 1.2 * out.nbytes, f"peak {peak / out.nbytes:.2f}x the output"

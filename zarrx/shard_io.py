@@ -73,9 +73,21 @@ def _slice_index(raw: Any, codec: ShardingCodec, layout: "ChunkLayout") -> memor
 
 
 def read_sharded(layout: "ChunkLayout", projections: Iterable[ChunkProjection], out: np.ndarray) -> np.ndarray:
+    from zarrx.chunk_io import batch_limit, decoded_nbytes, split_batches
+
+    groups = _group_by_shard(layout, projections)
+    inner_bytes = decoded_nbytes(layout.sharding.inner_spec(layout.spec))
+    # large reads go in batches of whole shards, so no shard's index is read twice
+    for shards in split_batches(groups, lambda shard: len(groups[shard]) * inner_bytes, batch_limit(out.nbytes)):
+        _read_shards(layout, {shard: groups[shard] for shard in shards}, out)
+    return out
+
+
+def _read_shards(
+    layout: "ChunkLayout", groups: dict[tuple[int, ...], list[tuple[tuple[int, ...], ChunkProjection]]], out: np.ndarray
+) -> None:
     codec, spec = layout.sharding, layout.spec
     inner_spec = codec.inner_spec(spec)
-    groups = _group_by_shard(layout, projections)
     shards = list(groups)
     keys = [layout.chunk_key(shard) for shard in shards]
     whole = [len(groups[shard]) == _inner_chunks_in_bounds(layout, shard) for shard in shards]
@@ -127,7 +139,6 @@ def read_sharded(layout: "ChunkLayout", projections: Iterable[ChunkProjection], 
     else:
         for job in jobs:
             decode_one(job)
-    return out
 
 
 def write_sharded(
