@@ -13,10 +13,13 @@ from typing import Any
 from zarrx.codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
 from zarrx.codecs.blosc import BloscCodec
 from zarrx.codecs.bytes import BytesCodec
+from zarrx.codecs.cast_value import CastValueCodec
 from zarrx.codecs.crc32c import Crc32cCodec
 from zarrx.codecs.gzip import GzipCodec
+from zarrx.codecs import numcodecs_codecs  # noqa: F401 (registers the numcodecs.* codecs)
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.codecs.registry import codec_from_json, get_codec_class, register_codec
+from zarrx.codecs.scale_offset import ScaleOffsetCodec
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.codecs.vlen import VLenBytesCodec, VLenUTF8Codec
@@ -30,11 +33,13 @@ __all__ = [
     "BloscCodec",
     "BytesBytesCodec",
     "BytesCodec",
+    "CastValueCodec",
     "ChunkSpec",
     "Codec",
     "CodecPipeline",
     "Crc32cCodec",
     "GzipCodec",
+    "ScaleOffsetCodec",
     "ShardingCodec",
     "TransposeCodec",
     "VLenBytesCodec",
