@@ -6,6 +6,12 @@ fsspec ``FSMap`` or a dict. Modes follow zarr-python: ``r`` read-only, must
 exist; ``r+`` read/write, must exist; ``a`` read/write, created when absent;
 ``w`` created, replacing what is there; ``w-`` created, failing if anything is
 there.
+
+Formats: the ``open*`` functions find the node in any format zarrx reads -- Zarr v3
+(``zarr.json``), Zarr v2 (``.zarray``/``.zgroup``, consolidated ``.zmetadata``) and the
+2022 draft layout (read-only) -- unless ``zarr_format`` (2 or 3) asks for one; see
+:mod:`zarrx.hierarchy` for what is read. ``create_array`` / ``create_group`` write v3
+unless ``zarr_format=2``; nodes created from a v2 group are v2.
 """
 
 from __future__ import annotations
@@ -13,21 +19,26 @@ from __future__ import annotations
 from typing import Any
 
 from zarrx.array import Array
-from zarrx.creation import build_array_metadata
+from zarrx.creation import build_array_metadata, build_array_metadata_v2
 from zarrx.errors import (
     ContainsArrayError,
     ContainsGroupError,
     MetadataError,
     NodeNotFoundError,
+    ReadOnlyError,
     UsageError,
 )
 from zarrx.group import Group
+from zarrx.hierarchy import ZARR_JSON, node_keys, read_node
+from zarrx.metadata.draft import READ_ONLY_REASON, is_draft_entry_point
 from zarrx.metadata.node import (
-    ArrayMetadata,
     ConsolidatedMetadata,
     GroupMetadata,
+    decode_json,
+    encode_json,
     parse_node_metadata,
 )
+from zarrx.metadata.v2 import ZARRAY, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, GroupMetadataV2
 from zarrx.storage import make_store
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
@@ -50,42 +61,93 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
-def _check_format(zarr_format: Any) -> None:
-    if zarr_format not in (None, 3):
-        raise MetadataError(f"zarr_format: zarrx writes and opens Zarr format 3 here, found {zarr_format!r}")
+#: the formats zarrx opens (None: detect the format) and writes
+OPEN_FORMATS = (None, 2, 3)
+WRITE_FORMATS = (2, 3)
 
 
-def _read_metadata(store: Store, path: str) -> ArrayMetadata | GroupMetadata | None:
-    key = join_key(path, "zarr.json")
-    raw = store.get(key)
-    return None if raw is None else parse_node_metadata(raw, key)
+def _check_format(zarr_format: Any, allowed: tuple[Any, ...] = OPEN_FORMATS) -> None:
+    if zarr_format not in allowed:
+        described = "2, 3 or None (detect the format)" if None in allowed else "2 or 3"
+        raise MetadataError(f"zarr_format: expected {described}, found {zarr_format!r}")
 
 
-def _ensure_parents(store: Store, path: str) -> None:
-    """Create the missing groups above ``path``; an array in the way is an error."""
-    parts = path.split("/")[:-1] if path else []
-    parents = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    keys = [join_key(parent, "zarr.json") for parent in ["", *parents]]
-    documents = store.get_many(keys)
-    missing = {}
-    for parent, key in zip(["", *parents], keys):
-        raw = documents.get(key)
-        if raw is None:
-            missing[key] = GroupMetadata().to_bytes()
-        elif isinstance(parse_node_metadata(raw, key), ArrayMetadata):
-            raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
+def _read_metadata(store: Store, path: str, zarr_format: int | None = None, consolidated: bool = False) -> Any:
+    return read_node(store, path, zarr_format=zarr_format, consolidated=consolidated)
+
+
+def _absent(what: str, path: str, store: Store, zarr_format: int | None) -> NodeNotFoundError:
+    return NodeNotFoundError(f"no {what} at {'/' + path!r} in {store!r} (key {node_keys(path, zarr_format)} is absent)")
+
+
+def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> None:
+    """Create the missing groups above ``path`` (in ``zarr_format``); an array in the way is an error."""
+    if not path:
+        return  # the root has no parents
+    parts = path.split("/")[:-1]
+    parents = ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
+    missing = ENSURE_PARENTS[zarr_format](store, path, parents)
     if missing:
         store.set_many(missing)
 
 
-def _clear(store: Store, path: str, existing: ArrayMetadata | GroupMetadata | None, overwrite: bool) -> None:
+def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
+    keys = [join_key(parent, ZARR_JSON) for parent in parents]
+    documents = store.get_many(keys)
+    missing = {}
+    for parent, key in zip(parents, keys):
+        raw = documents.get(key)
+        if raw is None:
+            missing[key] = GroupMetadata().to_bytes()
+            continue
+        if not parent and is_draft_entry_point(decode_json(raw, key)):
+            raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
+        if parse_node_metadata(raw, key).node_type == "array":
+            raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
+    return missing
+
+
+def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
+    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP)]
+    documents = store.get_many([*keys, ZARR_JSON])
+    root = documents.get(ZARR_JSON)
+    if root is not None and is_draft_entry_point(decode_json(root, ZARR_JSON)):
+        raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
+    missing = {}
+    for parent in parents:
+        if documents.get(join_key(parent, ZARRAY)) is not None:
+            raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
+        if documents.get(join_key(parent, ZGROUP)) is None:
+            missing.update({join_key(parent, name): data for name, data in GroupMetadataV2().documents().items()})
+    return missing
+
+
+#: zarr_format -> the documents of the groups missing above a new node
+ENSURE_PARENTS = {3: _missing_parents_v3, 2: _missing_parents_v2}
+
+
+def _clear(store: Store, path: str, existing: Any, overwrite: bool) -> None:
     if existing is None:
         return
     if not overwrite:
-        error = ContainsArrayError if isinstance(existing, ArrayMetadata) else ContainsGroupError
-        kind = "an array" if isinstance(existing, ArrayMetadata) else "a group"
+        is_array = existing.node_type == "array"
+        error = ContainsArrayError if is_array else ContainsGroupError
+        kind = "an array" if is_array else "a group"
         raise error(f"{kind} already exists at {'/' + path!r}; pass overwrite=True (or mode='w') to replace it")
     store.delete_prefix(join_key(path, ""))
+
+
+def _existing(store: Store, path: str) -> Any:
+    """What is at ``path`` in any format, for create's overwrite check."""
+    return _read_metadata(store, path)
+
+
+def _write_documents(store: Store, path: str, metadata: Any) -> None:
+    documents = {join_key(path, name): data for name, data in metadata.documents().items()}
+    if len(documents) == 1:
+        store.set(*next(iter(documents.items())))
+    else:
+        store.set_many(documents)
 
 
 def open(
@@ -97,9 +159,10 @@ def open(
     zarr_format: int | None = None,
     use_consolidated: bool | None = None,
 ) -> Array | Group:
-    """Open the array or group at ``path``.
+    """Open the array or group at ``path``, in whatever format it is stored (or ``zarr_format``).
 
-    In modes ``a``, ``w`` and ``w-`` a group is created when nothing is there.
+    In modes ``a``, ``w`` and ``w-`` a group is created when nothing is there (Zarr v3
+    unless ``zarr_format=2``).
 
     Examples
     --------
@@ -113,23 +176,29 @@ def open(
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path)
     if mode in ("w", "w-"):
-        return open_group(zstore, path, mode=mode)
-    metadata = _read_metadata(zstore, path)
+        return open_group(zstore, path, mode=mode, zarr_format=zarr_format)
+    metadata = _read_metadata(zstore, path, zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
     if metadata is None:
         if mode == "a":
-            return open_group(zstore, path, mode=mode)
-        raise NodeNotFoundError(f"no array or group at {'/' + path!r} in {zstore!r} (key {join_key(path, 'zarr.json')!r} is absent)")
-    if isinstance(metadata, GroupMetadata):
+            return open_group(zstore, path, mode=mode, zarr_format=zarr_format)
+        raise _absent("array or group", path, zstore, zarr_format)
+    if metadata.node_type == "group":
         return _group(zstore, path, metadata, mode, use_consolidated)
     return Array(zstore, path, metadata, read_only=mode == "r")
 
 
-def _group(store: Store, path: str, metadata: GroupMetadata, mode: str, use_consolidated: bool | None) -> Group:
+def _may_consolidate(mode: str, use_consolidated: bool | None) -> bool:
+    """Whether consolidated metadata may be used (read-only opens), so a v2 ``.zmetadata`` is worth reading."""
+    return mode == "r" and use_consolidated is not False
+
+
+def _group(store: Store, path: str, metadata: Any, mode: str, use_consolidated: bool | None) -> Group:
     consolidated = None
     if use_consolidated is not False and metadata.consolidated_metadata is not None and mode == "r":
         consolidated = metadata.consolidated_metadata.metadata
     if use_consolidated and metadata.consolidated_metadata is None:
-        raise MetadataError(f"{join_key(path, 'zarr.json')}: use_consolidated=True but the group has no consolidated metadata")
+        key = metadata.metadata_keys(path)[0] if metadata.metadata_keys(path) else join_key(path, ZARR_JSON)
+        raise MetadataError(f"{key}: use_consolidated=True but the group has no consolidated metadata")
     return Group(store, path, metadata, read_only=mode == "r", consolidated=consolidated)
 
 
@@ -145,10 +214,11 @@ def open_group(
 ) -> Group:
     """Open (or, by ``mode``, create) the group at ``path``.
 
-    A read-only group (mode ``r``) whose ``zarr.json`` holds consolidated metadata
-    answers every question about its descendants from that one document
-    (``use_consolidated=False`` lists the store instead). Writable modes always
-    look at the store, so a group never shows a stale listing while it is changed.
+    A read-only group (mode ``r``) with consolidated metadata (v3 ``consolidated_metadata``
+    in its ``zarr.json``, or a v2 ``.zmetadata``) answers every question about its
+    descendants from that one document (``use_consolidated=False`` lists the store
+    instead). Writable modes always look at the store, so a group never shows a stale
+    listing while it is changed. Groups are created in Zarr v3 unless ``zarr_format=2``.
 
     Examples
     --------
@@ -161,14 +231,15 @@ def open_group(
     _check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path)
+    create_format = 3 if zarr_format is None else zarr_format
     if mode in ("w", "w-"):
-        return create_group(zstore, path, attributes=attributes, overwrite=mode == "w")
-    metadata = _read_metadata(zstore, path)
+        return create_group(zstore, path, attributes=attributes, overwrite=mode == "w", zarr_format=create_format)
+    metadata = _read_metadata(zstore, path, zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
     if metadata is None:
         if mode == "a":
-            return create_group(zstore, path, attributes=attributes)
-        raise NodeNotFoundError(f"no group at {'/' + path!r} in {zstore!r} (key {join_key(path, 'zarr.json')!r} is absent)")
-    if isinstance(metadata, ArrayMetadata):
+            return create_group(zstore, path, attributes=attributes, zarr_format=create_format)
+        raise _absent("group", path, zstore, zarr_format)
+    if metadata.node_type == "array":
         raise ContainsArrayError(f"expected a group at {'/' + path!r} but found an array")
     return _group(zstore, path, metadata, mode, use_consolidated)
 
@@ -197,14 +268,16 @@ def open_array(
     _check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path)
+    if zarr_format is not None:
+        create_kwargs["zarr_format"] = zarr_format
     if mode in ("w", "w-"):
         return create_array(zstore, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs)
-    metadata = _read_metadata(zstore, path)
+    metadata = _read_metadata(zstore, path, zarr_format)
     if metadata is None:
         if mode == "a" and "shape" in create_kwargs:
             return create_array(zstore, path, write_empty_chunks=write_empty_chunks, **create_kwargs)
-        raise NodeNotFoundError(f"no array at {'/' + path!r} in {zstore!r} (key {join_key(path, 'zarr.json')!r} is absent)")
-    if isinstance(metadata, GroupMetadata):
+        raise _absent("array", path, zstore, zarr_format)
+    if metadata.node_type == "group":
         raise ContainsGroupError(f"expected an array at {'/' + path!r} but found a group")
     return Array(zstore, path, metadata, read_only=mode == "r", write_empty_chunks=write_empty_chunks)
 
@@ -228,12 +301,22 @@ def create_array(
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
     write_empty_chunks: bool = False,
+    order: str | None = None,
+    dimension_separator: str | None = None,
 ) -> Array:
     """Create an array at ``path`` (and any missing parent groups).
 
     ``compressors="auto"`` is zstd; ``None`` stores raw bytes. Codecs may be
     codec objects or their JSON dicts. Chunks that are all fill value are not
     stored unless ``write_empty_chunks=True``.
+
+    With ``zarr_format=2`` a Zarr v2 array is written (``.zarray`` + ``.zattrs``):
+    ``filters`` and ``compressors`` (one at most) are numcodecs codecs or their
+    configuration dicts, ``order`` is ``"C"`` or ``"F"``, ``dimension_separator``
+    (or ``chunk_key_encoding={"name": "v2", "separator": "/"}``) picks the chunk
+    keys, ``dimension_names`` are stored as the ``_ARRAY_DIMENSIONS`` attribute;
+    ``fill_value=None`` writes ``null`` (no fill value; missing chunks read as the
+    type's default); ``shards`` and ``serializer`` do not exist in v2.
 
     Examples
     --------
@@ -243,26 +326,37 @@ def create_array(
     ...                          compressors=[GzipCodec(level=5)], dimension_names=["y", "x"])
     >>> arr.chunks, arr.dimension_names
     ((10, 50), ('y', 'x'))
+    >>> import numcodecs
+    >>> v2 = zarrx.create_array({}, shape=(4, 4), dtype=">i4", zarr_format=2, order="F",
+    ...                         compressors=numcodecs.Zlib(level=1))
+    >>> v2.metadata.to_json()["dtype"], v2.metadata.to_json()["compressor"]
+    ('>i4', {'id': 'zlib', 'level': 1})
     """
-    _check_format(zarr_format)
+    _check_format(zarr_format, WRITE_FORMATS)
     zstore = make_store(store, mode="a", storage_options=storage_options)
     path = normalize_path(path)
-    metadata = build_array_metadata(
-        shape=shape,
-        dtype=dtype,
-        chunks=chunks,
-        shards=shards,
-        fill_value=fill_value,
-        filters=filters,
-        serializer=serializer,
-        compressors=compressors,
-        chunk_key_encoding=chunk_key_encoding,
-        dimension_names=dimension_names,
-        attributes=attributes,
-    )
-    _clear(zstore, path, _read_metadata(zstore, path), overwrite)
-    _ensure_parents(zstore, path)
-    zstore.set(join_key(path, "zarr.json"), metadata.to_bytes())
+    arguments = dict(
+        shape=shape, dtype=dtype, chunks=chunks, shards=shards, fill_value=fill_value, filters=filters,
+        serializer=serializer, compressors=compressors, chunk_key_encoding=chunk_key_encoding,
+        dimension_names=dimension_names, attributes=attributes,
+    )  # fmt: skip
+    if zarr_format == 2:
+        metadata = build_array_metadata_v2(**arguments, order=order, dimension_separator=dimension_separator)
+    else:
+        if order not in (None, "C"):
+            raise MetadataError(
+                f"order: Zarr format 3 stores chunks in C order, found {order!r}; "
+                "use filters=[TransposeCodec(order=...)] to store them transposed"
+            )
+        if dimension_separator is not None:
+            raise MetadataError(
+                "dimension_separator: a Zarr v2 keyword; for Zarr format 3 pass "
+                f"chunk_key_encoding={{'name': 'default', 'separator': {dimension_separator!r}}}"
+            )
+        metadata = build_array_metadata(**arguments)
+    _clear(zstore, path, _existing(zstore, path), overwrite)
+    _ensure_parents(zstore, path, zarr_format)
+    _write_documents(zstore, path, metadata)
     return Array(zstore, path, metadata, write_empty_chunks=write_empty_chunks)
 
 
@@ -274,7 +368,8 @@ def create_group(
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> Group:
-    """Create a group at ``path`` (and any missing parent groups).
+    """Create a group at ``path`` (and any missing parent groups); ``zarr_format=2`` writes
+    ``.zgroup`` + ``.zattrs``.
 
     Examples
     --------
@@ -284,21 +379,24 @@ def create_group(
     >>> root.tree()
     '/\\n└── a\\n    └── b'
     """
-    _check_format(zarr_format)
+    _check_format(zarr_format, WRITE_FORMATS)
     if attributes is not None and not isinstance(attributes, dict):
         raise MetadataError(f"attributes: expected a dict, found {type(attributes).__name__}")
     zstore = make_store(store, mode="a", storage_options=storage_options)
     path = normalize_path(path)
-    _clear(zstore, path, _read_metadata(zstore, path), overwrite)
-    _ensure_parents(zstore, path)
-    metadata = GroupMetadata(attributes=dict(attributes or {}))
-    zstore.set(join_key(path, "zarr.json"), metadata.to_bytes())
+    _clear(zstore, path, _existing(zstore, path), overwrite)
+    _ensure_parents(zstore, path, zarr_format)
+    group_class = GroupMetadataV2 if zarr_format == 2 else GroupMetadata
+    metadata = group_class(attributes=dict(attributes or {}))
+    _write_documents(zstore, path, metadata)
     return Group(zstore, path, metadata)
 
 
 def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, Any] | None = None) -> Group:
-    """Gather the metadata of every node below the group at ``path`` into its ``zarr.json``
-    (zarr-python 3's inline ``consolidated_metadata``), so the hierarchy opens in one read.
+    """Gather the metadata of every node below the group at ``path`` in one document, so the
+    hierarchy opens in one read: for Zarr v3 the group's ``zarr.json`` (zarr-python 3's
+    inline ``consolidated_metadata``), for Zarr v2 a ``.zmetadata`` beside the group
+    (zarr-python 2's format, ``{"zarr_consolidated_format": 1, "metadata": {...}}``).
 
     Examples
     --------
@@ -311,12 +409,28 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     zstore = make_store(store, mode="r+", storage_options=storage_options)
     path = normalize_path(path)
     group = open_group(zstore, path, mode="r+")
+    group._check_writable()
     members = dict(group.members(max_depth=None))
+    if group.metadata.zarr_format == 2:
+        _consolidate_v2(zstore, path, group, members)
+        return open_group(zstore, path, mode="r")
     documents = {}
     for name, node in members.items():
+        if node.metadata.zarr_format != 3:
+            continue  # v3 consolidated metadata holds v3 documents only
         document = node.metadata.to_json()
         document.pop("consolidated_metadata", None)
         documents[name] = document
     metadata = group.metadata.evolve(consolidated_metadata=ConsolidatedMetadata(documents))
-    zstore.set(join_key(path, "zarr.json"), metadata.to_bytes())
+    zstore.set(join_key(path, ZARR_JSON), metadata.to_bytes())
     return open_group(zstore, path, mode="r")
+
+
+def _consolidate_v2(store: Store, path: str, group: Group, members: dict[str, Any]) -> None:
+    """Write ``.zmetadata``: the group's own ``.zgroup``/``.zattrs`` and every member's documents."""
+    nodes = {}
+    for name, node in members.items():
+        nodes[name] = {key: decode_json(value, key) for key, value in node.metadata.documents().items()}
+    root = {key: decode_json(value, key) for key, value in group.metadata.documents().items()}
+    document = ConsolidatedMetadataV2(nodes).to_json(root)
+    store.set(join_key(path, ZMETADATA), encode_json(document))

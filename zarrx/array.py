@@ -22,7 +22,6 @@ from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 from zarrx.metadata.chunk_grid import parse_shape
 from zarrx.metadata.node import ArrayMetadata
 from zarrx.node import Node
-from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = ["Array", "ArrayInfo"]
@@ -116,7 +115,9 @@ class Array(Node[ArrayMetadata]):
 
     @property
     def fill_value(self) -> Any:
-        return self._metadata.fill_value
+        """The fill value the metadata states; None for a Zarr v2 ``null`` (missing chunks then
+        read as the data type's default, as in zarr-python)."""
+        return self._metadata.declared_fill_value
 
     @property
     def dimension_names(self) -> tuple[str | None, ...] | None:
@@ -141,7 +142,7 @@ class Array(Node[ArrayMetadata]):
 
     @property
     def nbytes_stored(self) -> int:
-        keys = [self._metadata_key, *self._stored_chunk_keys()]
+        keys = [*self._metadata.metadata_keys(self._path), *self._stored_chunk_keys()]
         return sum(len(v) for v in self._store.get_many(keys).values() if v is not None)
 
     @property
@@ -150,7 +151,7 @@ class Array(Node[ArrayMetadata]):
 
     def _stored_chunks(self) -> Iterator[tuple[str, tuple[int, ...]]]:
         """``(key, chunk_coords)`` of every stored chunk, found by one listing (any coordinates)."""
-        prefix = join_key(self._path, "")
+        prefix = self._metadata.chunk_prefix(self._path)
         decode = self._metadata.chunk_key_encoding.decode
         for key in self._store.list_prefix(prefix):
             coords = decode(key[len(prefix) :])
@@ -371,7 +372,7 @@ class ArrayInfo:
             chunks=array.chunks,
             dtype=str(array.dtype),
             data_type=array.metadata.data_type.to_json(),
-            fill_value=array.metadata.data_type.fill_value_to_json(array.fill_value),
+            fill_value=None if array.fill_value is None else array.metadata.data_type.fill_value_to_json(array.fill_value),
             codecs=array.metadata.codecs.to_json(),
             dimension_names=array.dimension_names,
             read_only=array.read_only,

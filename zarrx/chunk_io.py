@@ -28,7 +28,6 @@ from zarrx.errors import ChunkEncodeError, SelectionError
 from zarrx.indexing import ChunkProjection
 from zarrx.metadata.node import ArrayMetadata
 from zarrx.shard_io import read_sharded, write_sharded
-from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = [
@@ -85,7 +84,8 @@ class ChunkLayout:
         return nbytes is None or nbytes >= MIN_THREADED_CHUNK_BYTES
 
     def chunk_key(self, chunk_coords: tuple[int, ...]) -> str:
-        return join_key(self.path, self.metadata.chunk_key(chunk_coords))
+        # the metadata knows where its format keeps chunks (the draft layout: under data/root/)
+        return self.metadata.storage_key(self.path, chunk_coords)
 
     def chunk_region(self, chunk_coords: tuple[int, ...]) -> tuple[slice, ...]:
         """The in-bounds part of a chunk, in chunk-local coordinates."""

@@ -26,7 +26,7 @@ from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_shape
 from zarrx.metadata.chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.metadata.node import ArrayMetadata, parse_dimension_names
 
-__all__ = ["build_array_metadata", "guess_chunks"]
+__all__ = ["build_array_metadata", "build_array_metadata_v2", "guess_chunks"]
 
 #: auto chunks aim at this many bytes per chunk (compressed chunks are then ~0.2-2 MiB)
 TARGET_CHUNK_BYTES = 4 * 2**20
@@ -144,3 +144,155 @@ def build_array_metadata(
             list(dimension_names) if dimension_names is not None else None, len(shape)
         ),
     )
+
+
+# -- Zarr v2 ------------------------------------------------------------------------------------
+
+#: what ``compressors="auto"`` means for a v2 array (zarr-python 3's default)
+DEFAULT_V2_COMPRESSOR = {"id": "zstd", "level": 0}
+
+
+def _v2_codec_config(codec: Any, field_name: str) -> dict[str, Any]:
+    """A numcodecs codec (or its configuration dict) as a checked v2 configuration."""
+    from zarrx.codecs.v2 import check_codec_config
+
+    if hasattr(codec, "get_config") and callable(codec.get_config):
+        codec = codec.get_config()
+    config = check_codec_config(codec, field_name)
+    if config["id"] == "zstd" and config.get("checksum") is False:
+        del config["checksum"]  # as zarr-python writes it (zarr-python issue 2647)
+    return config
+
+
+def _v2_data_type(dtype: Any) -> tuple[DataType, Any]:
+    """The data type and stored NumPy dtype for a v2 array (byte order kept as the user gave it)."""
+    from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
+
+    try:
+        data_type = resolve_data_type(dtype)
+    except MetadataError:
+        given = _numpy_dtype(dtype)
+        if given is None or given.kind not in "biufcmMSUV":
+            raise
+        # NumPy types without a v3 equivalent (structured types with subarray fields) are v2 types
+        return v2_data_type(given, None), given
+    stored, _ = v2_dtype_for(data_type)
+    given = None if data_type.is_variable_length else _numpy_dtype(dtype)
+    if given is not None and given.newbyteorder("=") == data_type.numpy_dtype:
+        stored = given  # '>i4' stays big-endian, as v2 allows
+    return data_type, stored
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+    import numpy as np
+
+    if isinstance(dtype, (DataType, dict)):
+        return None
+    try:
+        return np.dtype(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def build_array_metadata_v2(
+    *,
+    shape: Any,
+    dtype: Any,
+    chunks: Any = "auto",
+    shards: Any = None,
+    fill_value: Any = None,
+    filters: Sequence[Any] | Any = (),
+    serializer: Any = "auto",
+    compressors: Any = "auto",
+    chunk_key_encoding: Any = None,
+    dimension_separator: str | None = None,
+    order: str | None = None,
+    dimension_names: Sequence[str | None] | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> Any:
+    """:func:`zarrx.create_array`'s keywords as Zarr v2 metadata (``.zarray`` + ``.zattrs``).
+
+    Filters and the compressor are numcodecs codecs or their configuration dicts; ``str``
+    (or ``"string"``) and ``bytes`` arrays are stored as ``|O`` with the ``vlen-utf8`` /
+    ``vlen-bytes`` object codec first among the filters, as zarr-python writes them;
+    ``dimension_names`` go to the ``_ARRAY_DIMENSIONS`` attribute. Without a
+    ``fill_value`` the array has none (``null``, as zarr-python writes for
+    ``fill_value=None``): missing chunks read as the type's default (zero, ``""``...).
+    """
+    from zarrx.dtypes.v2 import v2_dtype_for
+    from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
+
+    if shards is not None:
+        raise MetadataError(f"shards: Zarr format 2 has no sharding, found shards={shards!r}; use zarr_format=3")
+    if not (isinstance(serializer, str) and serializer == "auto"):
+        raise MetadataError("serializer: Zarr format 2 arrays have none (the dtype and filters say how to store elements)")
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    shape = parse_shape(list(shape) if isinstance(shape, (list, tuple)) else shape, "shape")
+    data_type, stored = _v2_data_type(dtype)
+    _, object_codec = v2_dtype_for(data_type) if data_type.is_variable_length else (None, None)
+    chunk_shape = parse_chunks(chunks, shape, data_type)
+    null_fill = fill_value is None
+    if null_fill:  # v2 can say "no fill value": null, which reads as the type's default
+        fill_value = data_type.default_fill_value()
+    else:
+        try:
+            fill_value = data_type.cast_scalar(fill_value)
+        except ZarrxError:
+            raise
+        except (TypeError, ValueError, OverflowError) as error:
+            raise MetadataError(f"fill_value: cannot use {fill_value!r} as a {stored} value ({error})") from None
+    filter_configs = [_v2_codec_config(codec, f"filters[{i}]") for i, codec in enumerate(_codec_list(filters))]
+    if object_codec is not None:
+        filter_configs.insert(0, {"id": object_codec})
+    if isinstance(compressors, str) and compressors == "auto":
+        compressors = [DEFAULT_V2_COMPRESSOR]
+    compressor_list = _codec_list(compressors)
+    if len(compressor_list) > 1:
+        raise MetadataError(f"compressors: Zarr format 2 takes one compressor, found {len(compressor_list)}")
+    compressor = _v2_codec_config(compressor_list[0], "compressors[0]") if compressor_list else None
+    separator = _v2_separator(chunk_key_encoding, dimension_separator)
+    if attributes is not None and not isinstance(attributes, dict):
+        raise MetadataError(f"attributes: expected a dict, found {type(attributes).__name__}")
+    attributes = dict(attributes or {})
+    if dimension_names is not None:
+        names = parse_dimension_names(list(dimension_names), len(shape))
+        if any(name is None for name in names):
+            raise MetadataError(
+                f"dimension_names: Zarr format 2 keeps them in the {DIMENSIONS_ATTRIBUTE} attribute, "
+                f"which needs a string for every dimension, found {list(names)}"
+            )
+        attributes[DIMENSIONS_ATTRIBUTE] = list(names)
+    if order not in (None, "C", "F"):
+        raise MetadataError(f"order: expected 'C' or 'F', found {order!r}")
+    return ArrayMetadataV2(
+        shape=shape,
+        chunks=chunk_shape,
+        stored_dtype=stored,
+        fill_value=fill_value,
+        order=order or "C",
+        filters=tuple(filter_configs),
+        compressor=compressor,
+        dimension_separator=separator,
+        attributes=attributes,
+        fill_value_is_null=null_fill,
+    )
+
+
+def _v2_separator(chunk_key_encoding: Any, dimension_separator: str | None) -> str:
+    separator = dimension_separator
+    if chunk_key_encoding is not None:
+        encoding = parse_chunk_key_encoding(chunk_key_encoding, allow_short_form=True)
+        if encoding.name != "v2":
+            raise MetadataError(
+                f"chunk_key_encoding: Zarr format 2 arrays use the 'v2' encoding, found {encoding.name!r}; "
+                "pass {'name': 'v2', 'separator': '/'} or dimension_separator='/'"
+            )
+        if separator is not None and separator != encoding.separator:
+            raise MetadataError(
+                f"dimension_separator: {separator!r} contradicts chunk_key_encoding's separator {encoding.separator!r}"
+            )
+        separator = encoding.separator
+    if separator not in (None, ".", "/"):
+        raise MetadataError(f"dimension_separator: expected '.' or '/', found {separator!r}")
+    return separator or "."

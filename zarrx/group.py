@@ -1,9 +1,12 @@
 """The user-facing Zarr group.
 
 A :class:`Group` is a node whose children are arrays and groups. Children are
-found by listing the group's prefix and reading every candidate ``zarr.json`` in
-one concurrent batch -- or, when the group was opened from consolidated
-metadata, from that document alone without touching the store.
+found by listing the group's prefix and reading every candidate's metadata in
+one concurrent batch (``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
+v2, ``meta/root/…`` documents for the 2022 draft layout; see
+:mod:`zarrx.hierarchy`) -- or, when the group was opened from consolidated
+metadata, from that document alone without touching the store. Children are in
+the group's format; groups and arrays created below a v2 group are v2.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from typing import Any, Iterator
 
 from zarrx.array import Array
 from zarrx.errors import InvalidPathError, NodeNotFoundError
-from zarrx.metadata.node import ArrayMetadata, GroupMetadata, parse_node_metadata
+from zarrx.hierarchy import NodeLayout, layout_of
+from zarrx.metadata.node import ArrayMetadata, GroupMetadata
 from zarrx.node import Node
-from zarrx.storage.paths import join_key, normalize_path, validate_node_name
+from zarrx.storage.paths import normalize_path
 from zarrx.storage.store import Store
 
 __all__ = ["Group", "node_from_metadata"]
@@ -27,7 +31,7 @@ def node_from_metadata(
     read_only: bool,
     consolidated: dict[str, dict[str, Any]] | None = None,
 ) -> "Array | Group":
-    if isinstance(metadata, ArrayMetadata):
+    if metadata.node_type == "array":
         return Array(store, path, metadata, read_only=read_only)
     return Group(store, path, metadata, read_only=read_only, consolidated=consolidated)
 
@@ -82,28 +86,23 @@ class Group(Node[GroupMetadata]):
             raise InvalidPathError(f"a child of group {self.name!r} needs a non-empty name, found {name!r}")
         return f"{self._path}/{relative}" if self._path else relative
 
+    @property
+    def _layout(self) -> NodeLayout:
+        return layout_of(self._metadata)
+
     def _child_documents(self) -> dict[str, ArrayMetadata | GroupMetadata]:
         """Metadata of the direct children, by name (one listing + one batched read)."""
         if self._consolidated is not None:
             return {
-                name: parse_node_metadata(document, join_key(self._child_path(name), "zarr.json"))
+                name: self._layout.parse_consolidated(document, self._child_path(name))
                 for name, document in sorted(self._consolidated.items())
                 if "/" not in name
             }
-        prefix = join_key(self._path, "")
-        # folders whose names are not node names (stray files, '__zarr…') are not children
-        names = sorted(name for name in self._store.list_dir(prefix) if name != "zarr.json" and _is_node_name(name))
-        keys = {name: join_key(self._path, f"{name}/zarr.json") for name in names}
-        documents = self._store.get_many(list(keys.values()))
-        return {
-            name: parse_node_metadata(documents[key], key)
-            for name, key in keys.items()
-            if documents.get(key) is not None
-        }
+        return self._layout.list_children(self._store, self._path)
 
     def _node(self, path: str, metadata: ArrayMetadata | GroupMetadata) -> "Array | Group":
         consolidated = None
-        if self._consolidated is not None and isinstance(metadata, GroupMetadata):
+        if self._consolidated is not None and metadata.node_type == "group":
             relative = path[len(self._path) + 1 :] if self._path else path
             consolidated = {
                 key[len(relative) + 1 :]: document
@@ -114,17 +113,18 @@ class Group(Node[GroupMetadata]):
 
     def __getitem__(self, name: str) -> "Array | Group":
         path = self._child_path(name)
-        key = join_key(path, "zarr.json")
         relative = path[len(self._path) + 1 :] if self._path else path
+        layout = self._layout
         if self._consolidated is not None:
             document = self._consolidated.get(relative)
             if document is None:
                 raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (consolidated metadata)")
-            return self._node(path, parse_node_metadata(document, key))
-        raw = self._store.get(key)
-        if raw is None:
-            raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (key {key!r} is absent)")
-        return self._node(path, parse_node_metadata(raw, key))
+            return self._node(path, layout.parse_consolidated(document, path))
+        metadata = layout.read_child(self._store, path)
+        if metadata is None:
+            keys = " or ".join(repr(key) for key in layout.keys(path))
+            raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (key {keys} is absent)")
+        return self._node(path, metadata)
 
     def get(self, name: str, default: Any = None) -> Any:
         try:
@@ -194,17 +194,21 @@ class Group(Node[GroupMetadata]):
 
     # -- changes ----------------------------------------------------------------------------
     def create_array(self, name: str, **kwargs: Any) -> Array:
-        """Create an array below this group; takes :func:`zarrx.create_array`'s keywords."""
+        """Create an array below this group (in the group's Zarr format unless ``zarr_format``
+        says otherwise); takes :func:`zarrx.create_array`'s keywords."""
         from zarrx.api import create_array
 
         self._check_writable()
+        kwargs.setdefault("zarr_format", self._metadata.zarr_format)
         return create_array(self._store, self._child_path(name), **kwargs)
 
     def create_group(self, name: str, **kwargs: Any) -> "Group":
-        """Create a group below this group; takes :func:`zarrx.create_group`'s keywords."""
+        """Create a group below this group (in the group's Zarr format by default); takes
+        :func:`zarrx.create_group`'s keywords."""
         from zarrx.api import create_group
 
         self._check_writable()
+        kwargs.setdefault("zarr_format", self._metadata.zarr_format)
         return create_group(self._store, self._child_path(name), **kwargs)
 
     def require_group(self, name: str, **kwargs: Any) -> "Group":
@@ -212,12 +216,13 @@ class Group(Node[GroupMetadata]):
         from zarrx.api import open_group
 
         self._check_writable()
+        kwargs.setdefault("zarr_format", self._metadata.zarr_format)
         return open_group(self._store, self._child_path(name), mode="a", **kwargs)
 
     def __delitem__(self, name: str) -> None:
         self._check_writable()
         path = self._child_path(name)
-        if join_key(path, "zarr.json") not in self._store:
+        if self._layout.read_child(self._store, path) is None:
             raise NodeNotFoundError(f"no array or group {name!r} in group {self.name!r}")
         self._store.delete_prefix(path + "/")
 
@@ -229,10 +234,3 @@ class Group(Node[GroupMetadata]):
         array = self.create_array(name, shape=data.shape, dtype=data.dtype, overwrite=True)
         array[...] = data
 
-
-def _is_node_name(name: str) -> bool:
-    try:
-        validate_node_name(name)
-    except InvalidPathError:
-        return False
-    return True

@@ -1,9 +1,11 @@
-"""What arrays and groups share: where they live, their metadata document and attributes.
+"""What arrays and groups share: where they live, their metadata documents and attributes.
 
-A node is a store, a path (``""`` for the root) and the parsed ``zarr.json``
-found there. Changes to the document (attributes, an array's shape) go through
-:meth:`Node._write_metadata`, which refuses read-only nodes and rewrites the one
-key atomically.
+A node is a store, a path (``""`` for the root) and its parsed metadata, in any
+format zarrx reads (v3 ``zarr.json``, v2 ``.zarray``/``.zgroup`` + ``.zattrs``, the
+2022 draft layout). Changes to the metadata (attributes, an array's shape) go
+through :meth:`Node._write_metadata`, which refuses read-only nodes and stores the
+documents the metadata names (``metadata.documents()``) in one batch, each atomically.
+Metadata that cannot be written (the draft layout) says why in ``read_only_reason``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class Node(Generic[M]):
         self._store = store
         self._path = path
         self._metadata = metadata
-        self._read_only = read_only or store.read_only
+        self._read_only = read_only or store.read_only or metadata.read_only_reason is not None
 
     @property
     def store(self) -> Store:
@@ -62,10 +64,19 @@ class Node(Generic[M]):
         return Attributes(self)
 
     @property
+    def zarr_format(self) -> int | str:
+        """2, 3, or the draft's URI (``zarrx.metadata.draft.DRAFT_FORMAT``)."""
+        return self._metadata.zarr_format
+
+    @property
     def _metadata_key(self) -> str:
-        return join_key(self._path, "zarr.json")
+        keys = self._metadata.metadata_keys(self._path)
+        return keys[0] if keys else join_key(self._path, "zarr.json")
 
     def _check_writable(self) -> None:
+        reason = self._metadata.read_only_reason
+        if reason is not None:
+            raise ReadOnlyError(f"{self._kind} {self.name!r} cannot be changed: {reason}")
         if self._read_only:
             raise ReadOnlyError(
                 f"{self._kind} {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write"
@@ -73,7 +84,11 @@ class Node(Generic[M]):
 
     def _write_metadata(self, metadata: M) -> None:
         self._check_writable()
-        self._store.set(self._metadata_key, metadata.to_bytes())
+        documents = {join_key(self._path, name): data for name, data in metadata.documents().items()}
+        if len(documents) == 1:
+            self._store.set(*next(iter(documents.items())))
+        else:
+            self._store.set_many(documents)
         self._metadata = metadata
 
     def _get_attributes(self) -> dict[str, Any]:

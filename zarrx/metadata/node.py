@@ -10,6 +10,13 @@ message names the document key and the field. Unknown top-level members follow
 the ``must_understand`` rule: an object with ``"must_understand": false`` is
 kept (and written back) but otherwise ignored; anything else unknown refuses
 to open with :class:`~zarrx.errors.UnsupportedExtensionError`.
+
+The node layer uses every format's metadata (these, :mod:`zarrx.metadata.v2`,
+:mod:`zarrx.metadata.draft`) through one interface: ``zarr_format``, ``node_type``,
+``attributes``, ``evolve``, ``to_json``/``to_bytes``, ``documents()`` (the documents to
+store beside the node, by name), ``metadata_keys(path)``, ``read_only_reason`` (None
+when writable) and, for arrays, ``storage_key(path, chunk_coords)``, ``chunk_prefix(path)``
+and ``declared_fill_value``.
 """
 
 from __future__ import annotations
@@ -39,11 +46,18 @@ __all__ = [
     "decode_json",
 ]
 
+#: the name of the v3 metadata document of every node
+ZARR_JSON = "zarr.json"
+
 ARRAY_FIELDS = (
     "zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
     "fill_value", "codecs", "attributes", "dimension_names", "storage_transformers",
 )  # fmt: skip
 GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata")
+
+
+def _join_key(path: str, name: str) -> str:
+    return f"{path}/{name}" if path else name
 
 
 def decode_json(raw: bytes, key: str) -> dict[str, Any]:
@@ -200,10 +214,25 @@ class ArrayMetadata:
     def to_bytes(self) -> bytes:
         return encode_json(self.to_json())
 
+    def documents(self) -> dict[str, bytes]:
+        """What to store beside the node, by name: ``zarr.json``."""
+        return {ZARR_JSON: self.to_bytes()}
+
+    def metadata_keys(self, path: str) -> tuple[str, ...]:
+        return (_join_key(path, ZARR_JSON),)
+
+    #: why the node cannot be written (None: it can); see zarrx.metadata.draft
+    read_only_reason = None
+
     # -- derived --------------------------------------------------------------------
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def declared_fill_value(self) -> Any:
+        """The fill value as the document states it (v3 always states one)."""
+        return self.fill_value
 
     @property
     def dtype(self) -> np.dtype:
@@ -227,6 +256,14 @@ class ArrayMetadata:
 
     def chunk_key(self, chunk_coords: tuple[int, ...]) -> str:
         return self.chunk_key_encoding.encode(chunk_coords)
+
+    def storage_key(self, path: str, chunk_coords: tuple[int, ...]) -> str:
+        """The store key of a chunk of the array at ``path``."""
+        return _join_key(path, self.chunk_key(chunk_coords))
+
+    def chunk_prefix(self, path: str) -> str:
+        """The prefix every chunk key of the array at ``path`` starts with."""
+        return _join_key(path, "")
 
     def evolve(self, **changes: Any) -> "ArrayMetadata":
         return replace(self, **changes)
@@ -284,6 +321,14 @@ class GroupMetadata:
 
     def to_bytes(self) -> bytes:
         return encode_json(self.to_json())
+
+    def documents(self) -> dict[str, bytes]:
+        return {ZARR_JSON: self.to_bytes()}
+
+    def metadata_keys(self, path: str) -> tuple[str, ...]:
+        return (_join_key(path, ZARR_JSON),)
+
+    read_only_reason = None
 
     def evolve(self, **changes: Any) -> "GroupMetadata":
         return replace(self, **changes)

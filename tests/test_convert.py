@@ -1,0 +1,224 @@
+"""Conversion to Zarr v3: ``zarrx.convert`` (a parallel copy), ``zarrx.migrate_v2_to_v3``
+(metadata only, in place) and the ``zarrx convert`` command.
+
+After a conversion the values, attributes and dimension names are those of the source, and
+the result opens in zarr-python as Zarr v3. A v2 ``_ARRAY_DIMENSIONS`` attribute becomes the
+v3 ``dimension_names`` (zarr-python's ``migrate v3`` leaves it an attribute and writes no
+dimension names; zarrx follows the v3 spec, where dimension names have their own field).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.core.dtype import VariableLengthBytes
+
+import zarrx
+from zarrx.cli import main
+from zarrx.errors import ContainsGroupError, UnsupportedExtensionError, UsageError
+
+from .test_draft import draft_store, zarr_python_2_store  # noqa: F401 (fixtures)
+from .test_v2 import assert_values, values_for
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning"),
+    pytest.mark.filterwarnings("ignore::zarr.errors.ZarrUserWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+#: v2 arrays of a zarr-python hierarchy: name -> create_array keywords
+V2_ARRAYS: dict[str, dict[str, Any]] = {
+    "blosc": dict(dtype="<f8", compressors=numcodecs.Blosc(), fill_value=np.nan),
+    "zlib-F": dict(dtype=">i4", compressors=numcodecs.Zlib(level=1), order="F"),
+    "delta-nested": dict(dtype="<i8", filters=[numcodecs.Delta(dtype="<i8")], chunk_key_encoding={"name": "v2", "separator": "/"}),
+    "lz4": dict(dtype="<u2", compressors=numcodecs.LZ4()),
+    "bz2-null-fill": dict(dtype="<f4", compressors=numcodecs.BZ2(), fill_value=None),
+    "gzip": dict(dtype="|b1", compressors=numcodecs.GZip()),
+    "text": dict(dtype=str),
+    "bytes": dict(dtype=VariableLengthBytes()),
+    "unicode": dict(dtype=">U4"),
+    "time": dict(dtype="<M8[s]"),
+    "struct": dict(dtype=[("a", "<i2"), ("b", "<f8")]),
+}
+
+
+def build_v2(path: Path) -> dict[str, np.ndarray]:
+    """A zarr-python v2 hierarchy with one array per case; returns what each array holds."""
+    root = zarr.open_group(str(path), mode="w", zarr_format=2, attributes={"title": "v2 data"})
+    root.create_group("sub").attrs["level"] = 1
+    expected = {}
+    for index, (name, kwargs) in enumerate(V2_ARRAYS.items()):
+        array = root.create_array(f"sub/{name}" if index % 2 else name, shape=(7, 5), chunks=(3, 2), **kwargs)
+        values = values_for(array.dtype, (7, 5), seed=index)
+        array[:5] = values[:5]
+        array.attrs.update({"_ARRAY_DIMENSIONS": ["y", "x"], "units": name})
+        expected[array.path] = array[:]
+    return expected
+
+
+def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
+    ours = zarrx.open_group(str(path))
+    theirs = zarr.open_group(str(path), mode="r", zarr_format=3)
+    assert ours.metadata.zarr_format == 3 and theirs.attrs["title"] == "v2 data"
+    assert ours["sub"].attrs["level"] == 1
+    for name, values in expected.items():
+        array = ours[name]
+        assert array.metadata.zarr_format == 3
+        assert array.dimension_names == ("y", "x") and array.attrs.asdict() == {"units": name.split("/")[-1]}
+        assert_values(array[:], values)
+        if name.endswith("struct"):
+            continue  # zarr-python 3.1 reads only the legacy "structured" name (test_interop's disagreements)
+        their_array = theirs[name]
+        assert their_array.metadata.dimension_names == ("y", "x")
+        assert_values(their_array[:], values)
+
+
+def test_convert_v2_to_v3(tmp_path):
+    expected = build_v2(tmp_path / "v2")
+    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "v3"), progress=False)
+    assert_v3_copy(tmp_path / "v3", expected)
+    blosc = zarrx.open_array(str(tmp_path / "v3"), "blosc")
+    assert blosc.chunks == (3, 2) and [c["name"] for c in blosc.metadata.to_json()["codecs"]] == ["bytes", "blosc"]
+    assert zarrx.open_array(str(tmp_path / "v3"), "delta-nested").metadata.to_json()["codecs"][0]["name"] == "numcodecs.delta"
+    assert not (tmp_path / "v3" / ".zgroup").exists()
+
+
+def test_migrate_v2_to_v3_keeps_chunks_and_reads_in_zarr_python(tmp_path):
+    expected = build_v2(tmp_path / "v2")
+    before = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
+    zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
+    after = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
+    assert {p: v for p, v in after.items() if p.name != "zarr.json"} == before  # v2 documents and chunks untouched
+    assert len(after) - len(before) == len(V2_ARRAYS) + 2  # a zarr.json per array and group
+    assert_v3_copy(tmp_path / "v2", expected)
+    zlib_f = json.loads((tmp_path / "v2" / "sub" / "zlib-F" / "zarr.json").read_text())
+    assert zlib_f["chunk_key_encoding"] == {"name": "v2", "configuration": {"separator": "."}}
+    assert [c["name"] for c in zlib_f["codecs"]] == ["transpose", "bytes", "numcodecs.zlib"]
+    assert zlib_f["codecs"][1]["configuration"] == {"endian": "big"}
+    assert zarr.open_array(str(tmp_path / "v2"), path="sub/zlib-F", mode="r", zarr_format=2).metadata.zarr_format == 2
+    with pytest.raises(ContainsGroupError, match="already exists"):
+        zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
+
+
+def test_migration_without_a_v3_equivalent_writes_nothing(tmp_path):
+    root = zarrx.create_group(str(tmp_path / "v2"), zarr_format=2)
+    root.create_array("fine", shape=(2,), dtype="<i2")
+    document = json.loads((tmp_path / "v2" / "fine" / ".zarray").read_text())
+    (tmp_path / "v2" / "ragged").mkdir()
+    (tmp_path / "v2" / "ragged" / ".zarray").write_text(
+        json.dumps({**document, "dtype": "|O", "fill_value": None, "filters": [{"id": "vlen-array", "dtype": "<i4"}]})
+    )
+    with pytest.raises(UnsupportedExtensionError, match="'/ragged'.*no Zarr v3 equivalent"):
+        zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
+    assert not list((tmp_path / "v2").rglob("zarr.json"))
+    mixed = {"shape": [1], "chunks": [1], "dtype": [["a", "<i2"], ["b", ">i2"]], "fill_value": None, "order": "C",
+             "filters": None, "compressor": None, "zarr_format": 2}  # fmt: skip
+    store = {".zarray": json.dumps(mixed).encode()}
+    with pytest.raises(UnsupportedExtensionError, match="mixed byte orders"):
+        zarrx.migrate_v2_to_v3(store)
+    assert zarrx.convert(store, {}, progress=False)[:].tolist() == [(0, 0)]  # a copy is fine
+
+
+def test_convert_draft_to_v3(tmp_path, draft_store, zarr_python_2_store):  # noqa: F811
+    zarrx.convert(zarr_python_2_store, str(tmp_path / "a"), progress=False)
+    root = zarrx.open_group(str(tmp_path / "a"))
+    assert root.metadata.zarr_format == 3 and sorted(root) == ["arthur", "flags"]
+    assert root["arthur/dent"].attrs.asdict() == {"question": "life", "answer": 42}
+    np.testing.assert_array_equal(root["arthur/dent"][:], np.arange(50).reshape(5, 10))
+    assert zarr.open_array(str(tmp_path / "a"), path="flags", mode="r")[:].tolist() == [True, False, True, False, True, True]
+    array = zarrx.convert(draft_store, str(tmp_path / "b"), path="foo/times", progress=False)
+    assert array.dtype == np.dtype("M8[ns]") and array.chunks == (4, 2)
+    np.testing.assert_array_equal(array[:], zarrx.open_array(draft_store, "foo/times")[:])
+    deep = zarrx.convert(draft_store, str(tmp_path / "c"), path="deep", chunks=(5, 4), progress=False)
+    assert deep["er/f"].chunks == (5, 4)
+    np.testing.assert_array_equal(deep["er/f"][:], np.arange(20).reshape(5, 4))
+    assert "data" not in {p.name for p in (tmp_path / "c").iterdir()}  # the v3 layout, not the draft's
+
+
+def test_convert_v3_rechunks_shards_and_recompresses(tmp_path):
+    source = zarrx.create_array(str(tmp_path / "s"), shape=(20, 30), chunks=(7, 7), dtype="<f4",
+                                dimension_names=["t", "x"], attributes={"units": "K"}, fill_value=-1)  # fmt: skip
+    values = np.arange(600, dtype="<f4").reshape(20, 30)
+    source[:18] = values[:18]
+    expected = source[:]
+    target = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), chunks=(5, 10), shards=(10, 30),
+                           compressors=[{"name": "gzip", "configuration": {"level": 1}}], progress=False)  # fmt: skip
+    assert target.chunks == (5, 10) and target.shards == (10, 30)
+    assert target.dimension_names == ("t", "x") and target.attrs.asdict() == {"units": "K"} and target.fill_value == -1
+    inner = target.metadata.codecs.array_bytes.codecs
+    assert [c.name for c in inner.bytes_bytes] == ["gzip"]
+    assert_values(target[:], expected)
+    assert_values(zarr.open_array(str(tmp_path / "t"), mode="r")[:], expected)
+    kept = zarrx.convert(str(tmp_path / "t"), str(tmp_path / "k"), progress=False)  # keep: same shards and codecs
+    assert kept.shards == (10, 30) and kept.chunks == (5, 10) and kept.metadata.codecs == target.metadata.codecs
+    unsharded = zarrx.convert(str(tmp_path / "t"), str(tmp_path / "u"), chunks=-1, compressors=None, progress=False)
+    assert unsharded.shards is None and unsharded.chunks == (20, 30) and unsharded.metadata.codecs.bytes_bytes == ()
+    assert_values(unsharded[:], expected)
+
+
+def test_convert_refuses_a_non_empty_destination_and_shows_progress(tmp_path, capsys):
+    zarrx.create_array(str(tmp_path / "s"), shape=(4,), dtype="<i2", fill_value=3)
+    zarrx.create_group(str(tmp_path / "t"))
+    with pytest.raises(ContainsGroupError, match="overwrite=True"):
+        zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"))
+    converted = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), overwrite=True)
+    assert converted[:].tolist() == [3, 3, 3, 3]
+    assert "Completed" in capsys.readouterr().out  # dask's progress bar
+    with pytest.raises(UsageError, match="chunks"):
+        zarrx.convert(str(tmp_path / "s"), {}, chunks=(2, 2), progress=False)
+
+
+# -- the command line -------------------------------------------------------------------------------
+
+
+def test_cli_converts_and_migrates(tmp_path, capsys):
+    expected = build_v2(tmp_path / "v2")
+    assert main(["convert", str(tmp_path / "v2"), str(tmp_path / "v3"), "--chunks", "4,4",
+                 "--compressor", "zstd:3", "--no-progress"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "Converted" in out and "blosc (7, 5) float64 chunks=(4, 4)" in out
+    assert_v3_copy(tmp_path / "v3", expected)
+    codecs = zarrx.open_array(str(tmp_path / "v3"), "blosc").metadata.to_json()["codecs"]
+    assert codecs[-1] == {"name": "zstd", "configuration": {"level": 3}}
+    assert main(["convert", str(tmp_path / "v2"), "--migrate-in-place"]) == 0
+    assert "Migrated" in capsys.readouterr().out
+    assert_v3_copy(tmp_path / "v2", expected)
+
+
+@pytest.mark.parametrize(
+    "arguments, fragment",
+    [
+        (["convert", "{tmp}/missing", "{tmp}/out"], "no array or group"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "a,b"], "--chunks: expected comma-separated integers"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "2,2,2"], "chunks"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: expected"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--storage-option", "nokey"], "--storage-option: expected key=value"),
+        (["convert", "{tmp}/src", "{tmp}/src", "--overwrite"], "the source store itself"),
+        (["convert", "{tmp}/src", "{tmp}/other"], "already holds"),
+        (["convert", "{tmp}/src"], "needs SRC and DST"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--migrate-in-place"], "give no DST"),
+        (["convert", "{tmp}/src", "--migrate-in-place"], "no array or group"),
+    ],
+)
+def test_cli_reports_mistakes_on_one_line(tmp_path, capsys, arguments, fragment):
+    zarrx.create_array(str(tmp_path / "src"), shape=(4, 4), dtype="<i2")
+    zarrx.create_group(str(tmp_path / "other"))
+    assert main([a.format(tmp=tmp_path) for a in arguments]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("zarrx: error: "), captured.err
+    assert fragment in captured.err and "Traceback" not in captured.err
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "zarrx.cli", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("zarrx: error: no array or group")

@@ -1,0 +1,253 @@
+"""Finding nodes in a store, whatever format they are stored in.
+
+A node at path ``P`` is one of:
+
+* Zarr v3: ``P/zarr.json``;
+* Zarr v2: ``P/.zarray`` or ``P/.zgroup``, with ``P/.zattrs`` (and, for a consolidated
+  group, ``P/.zmetadata``);
+* the 2022 draft layout (read-only): a root ``zarr.json`` whose ``zarr_format`` is a URI,
+  and ``meta/root/P.array.json`` / ``.group.json`` (or nothing: an implicit group).
+
+:func:`read_node` finds the node at a path. With ``zarr_format=None`` it reads
+``P/zarr.json`` first, so opening a v3 node -- consolidated or not -- costs exactly the one
+request it cost before v2 support; when there is none it reads ``.zarray``, ``.zgroup``,
+``.zattrs`` (and ``.zmetadata`` when consolidated metadata may be used; and, below the root,
+the root's ``zarr.json``, the entry point of a draft hierarchy) in one more batch. (Asking
+for the v2 documents in the first batch too would save v2 a round trip but add requests to
+every v3 open; v3 is the format zarrx is for.) ``zarr_format=2`` reads only the v2 batch,
+``zarr_format=3`` only ``zarr.json``. When both formats are present
+(after an in-place migration), v3 wins, as in zarr-python.
+
+Once a group is open its format is known, so its children are found with one listing and one
+batched read of their documents (:meth:`NodeLayout.list_children`), and one child with one
+batch (:meth:`NodeLayout.read_child`). Each format is a :class:`NodeLayout`; :func:`layout_of`
+picks the one a node's metadata belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from zarrx.errors import InvalidPathError, MetadataError
+from zarrx.metadata.draft import (
+    DRAFT_FORMAT,
+    DraftGroupMetadata,
+    DraftHierarchy,
+    is_draft_entry_point,
+    parse_draft_node,
+)
+from zarrx.metadata.node import decode_json, parse_node_metadata
+from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, parse_v2_node
+from zarrx.storage.paths import join_key, validate_node_name
+from zarrx.storage.store import Store
+
+__all__ = ["read_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
+
+ZARR_JSON = "zarr.json"
+_V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
+_FORMATS = (None, 2, 3)
+
+
+def _is_node_name(name: str) -> bool:
+    try:
+        validate_node_name(name)
+    except InvalidPathError:
+        return False
+    return True
+
+
+class NodeLayout:
+    """Where one format keeps the metadata of a node and of its children."""
+
+    def keys(self, path: str) -> list[str]:
+        """The keys whose presence makes a node at ``path`` (for messages)."""
+        raise NotImplementedError
+
+    def read_child(self, store: Store, path: str) -> Any:
+        """The metadata of the node at ``path``, or None."""
+        raise NotImplementedError
+
+    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+        """Metadata of the direct children of the group at ``path``, by name."""
+        raise NotImplementedError
+
+    def parse_consolidated(self, entry: Any, path: str) -> Any:
+        """A child's metadata from an entry of its ancestor's consolidated metadata."""
+        raise NotImplementedError
+
+
+class V3Layout(NodeLayout):
+    def keys(self, path: str) -> list[str]:
+        return [join_key(path, ZARR_JSON)]
+
+    def read_child(self, store: Store, path: str) -> Any:
+        key = join_key(path, ZARR_JSON)
+        raw = store.get(key)
+        return None if raw is None else parse_node_metadata(raw, key)
+
+    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+        prefix = join_key(path, "")
+        # folders whose names are not node names (stray files, '__zarr…') are not children
+        names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and _is_node_name(name))
+        keys = {name: join_key(path, f"{name}/{ZARR_JSON}") for name in names}
+        documents = store.get_many(list(keys.values()))
+        return {
+            name: parse_node_metadata(documents[key], key)
+            for name, key in keys.items()
+            if documents.get(key) is not None
+        }
+
+    def parse_consolidated(self, entry: Any, path: str) -> Any:
+        return parse_node_metadata(entry, join_key(path, ZARR_JSON))
+
+
+class V2Layout(NodeLayout):
+    def keys(self, path: str) -> list[str]:
+        return [join_key(path, ZARRAY), join_key(path, ZGROUP)]
+
+    def read_child(self, store: Store, path: str) -> Any:
+        keys = {name: join_key(path, name) for name in _V2_DOCUMENTS}
+        documents = store.get_many(list(keys.values()))
+        return parse_v2_node({name: documents.get(key) for name, key in keys.items()}, path)
+
+    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+        prefix = join_key(path, "")
+        names = sorted(
+            name for name in store.list_dir(prefix)
+            if name not in (*_V2_DOCUMENTS, ZMETADATA, ZARR_JSON) and _is_node_name(name)
+        )  # fmt: skip
+        child_paths = {name: join_key(path, name) for name in names}
+        keys = [join_key(child, document) for child in child_paths.values() for document in _V2_DOCUMENTS]
+        documents = store.get_many(keys)
+        children = {}
+        for name, child in child_paths.items():
+            metadata = parse_v2_node({d: documents.get(join_key(child, d)) for d in _V2_DOCUMENTS}, child)
+            if metadata is not None:
+                children[name] = metadata
+        return children
+
+    def parse_consolidated(self, entry: Any, path: str) -> Any:
+        metadata = parse_v2_node(entry, path)
+        if metadata is None:
+            raise MetadataError(f"{join_key(path, ZARRAY)}: the consolidated metadata has no .zarray or .zgroup here")
+        return metadata
+
+
+@dataclass(frozen=True)
+class DraftLayout(NodeLayout):
+    hierarchy: DraftHierarchy
+
+    def keys(self, path: str) -> list[str]:
+        return [self.hierarchy.node_key(path, "array"), self.hierarchy.node_key(path, "group")]
+
+    def read_child(self, store: Store, path: str) -> Any:
+        array_key, group_key = self.keys(path)
+        documents = store.get_many([array_key, group_key])
+        metadata = parse_draft_node(documents.get(array_key), documents.get(group_key), self.hierarchy, path)
+        if metadata is None and (not path or store.list_dir(self.hierarchy.children_prefix(path))):
+            return DraftGroupMetadata(explicit=False, hierarchy=self.hierarchy)  # implicit
+        return metadata
+
+    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+        suffix = self.hierarchy.metadata_key_suffix
+        documented: dict[str, str] = {}  # name -> "array" or "group"
+        implicit: set[str] = set()
+        for entry in store.list_dir(self.hierarchy.children_prefix(path)):
+            for kind in ("array", "group"):
+                ending = f".{kind}{suffix}"
+                if entry.endswith(ending) and len(entry) > len(ending):
+                    documented.setdefault(entry[: -len(ending)], kind)
+                    break
+            else:
+                implicit.add(entry)
+        children: dict[str, Any] = {}
+        names = sorted(name for name in {*documented, *implicit} if _is_node_name(name))
+        keys = {
+            name: self.hierarchy.node_key(join_key(path, name), documented[name]) for name in names if name in documented
+        }
+        documents = store.get_many(list(keys.values()))
+        for name in names:
+            child = join_key(path, name)
+            key = keys.get(name)
+            raw = documents.get(key) if key is not None else None
+            metadata = None
+            if raw is not None:
+                is_array = documented[name] == "array"
+                metadata = parse_draft_node(raw if is_array else None, None if is_array else raw, self.hierarchy, child)
+            children[name] = metadata or DraftGroupMetadata(explicit=False, hierarchy=self.hierarchy)
+        return children
+
+    def parse_consolidated(self, entry: Any, path: str) -> Any:
+        raise MetadataError("the 2022 draft layout has no consolidated metadata")
+
+
+LAYOUTS: dict[Any, NodeLayout] = {3: V3Layout(), 2: V2Layout()}
+
+
+def layout_of(metadata: Any) -> NodeLayout:
+    """The layout the node described by ``metadata`` (and its children) is stored in."""
+    if metadata.zarr_format == DRAFT_FORMAT:
+        return DraftLayout(metadata.hierarchy)
+    return LAYOUTS[metadata.zarr_format]
+
+
+def node_keys(path: str, zarr_format: int | None) -> str:
+    """The keys looked for at ``path``, for "not found" messages."""
+    formats = [3, 2] if zarr_format is None else [zarr_format]
+    return " or ".join(repr(key) for fmt in formats for key in LAYOUTS[fmt].keys(path))
+
+
+def read_node(store: Store, path: str, *, zarr_format: int | None = None, consolidated: bool = False) -> Any:
+    """The metadata of the node at ``path`` in any format (or ``zarr_format`` only), or None.
+
+    With ``consolidated`` a v2 group's ``.zmetadata`` is read in the same batch and attached
+    as its ``consolidated_metadata``.
+    """
+    if zarr_format not in _FORMATS:
+        raise MetadataError(f"zarr_format: expected 2, 3 or None (detect), found {zarr_format!r}")
+    if zarr_format == 2:
+        return _read_v2(store, path, consolidated)[0]
+    key = join_key(path, ZARR_JSON)
+    raw = store.get(key)
+    if raw is not None:
+        if path or not _is_draft(raw):
+            return parse_node_metadata(raw, key)
+        if zarr_format == 3:
+            raise MetadataError(
+                f"{ZARR_JSON}: the hierarchy is stored in the 2022 draft layout of Zarr v3, not in Zarr "
+                "format 3; open it with zarr_format=None (it is read-only) or convert it with zarrx.convert"
+            )
+        return _read_draft(store, path, raw)
+    if zarr_format == 3:
+        return None
+    # no zarr.json: v2, or a node below the root of a draft hierarchy (whose entry point is the
+    # root's zarr.json, read in the same batch only now, as it may be large and is rarely needed)
+    metadata, root = _read_v2(store, path, consolidated, with_root=bool(path))
+    if metadata is None and root is not None and _is_draft(root):
+        return _read_draft(store, path, root)
+    return metadata
+
+
+def _read_draft(store: Store, path: str, entry_point: bytes) -> Any:
+    hierarchy = DraftHierarchy.from_json(decode_json(entry_point, ZARR_JSON), ZARR_JSON)
+    return DraftLayout(hierarchy).read_child(store, path)
+
+
+def _is_draft(raw: bytes) -> bool:
+    try:
+        return is_draft_entry_point(decode_json(raw, ZARR_JSON))
+    except MetadataError:
+        return False  # not JSON: parse_node_metadata reports it
+
+
+def _read_v2(store: Store, path: str, consolidated: bool, with_root: bool = False) -> tuple[Any, bytes | None]:
+    """The v2 node at ``path`` (None when absent) and, ``with_root``, the root's ``zarr.json``."""
+    names = [*_V2_DOCUMENTS, *([ZMETADATA] if consolidated else [])]
+    keys = {name: join_key(path, name) for name in names}
+    documents = store.get_many([*keys.values(), *([ZARR_JSON] if with_root else [])])
+    found: Mapping[str, Any] = {name: documents.get(key) for name, key in keys.items()}
+    metadata = parse_v2_node(found, path)
+    if metadata is not None and metadata.node_type == "group" and found.get(ZMETADATA) is not None:
+        metadata = metadata.evolve(consolidated_metadata=ConsolidatedMetadataV2.from_json(found[ZMETADATA], keys[ZMETADATA]))
+    return metadata, documents.get(ZARR_JSON) if with_root else None
