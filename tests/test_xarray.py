@@ -390,13 +390,14 @@ def test_opening_100_variables_takes_a_bounded_number_of_requests(tmp_path, cons
     assert len(opened.data_vars) == 100
     metadata_reads = [key for key, _ in store.requests if key.endswith("zarr.json")]
     if consolidated:
-        # the root document holds everything; then the two coordinates' data, for their indexes
+        # the root document holds everything; then the two coordinates' data (for their indexes),
+        # in one batch (zarrx.prefetch.read_together)
         assert metadata_reads == ["zarr.json"] and store.listings == 0
-        assert store.calls == 3
+        assert store.calls == 2
     else:
-        # the root document, one listing, one batch of the 102 arrays' documents, the coordinates' data
+        # the root document, one listing, one batch of the 102 arrays' documents, one of the coordinates' data
         assert store.listings == 1 and 102 in store.batch_sizes and len(metadata_reads) == 103
-        assert store.calls == 5
+        assert store.calls == 4
 
 
 def test_consolidated_true_without_consolidated_metadata_is_a_clear_error(tmp_path):

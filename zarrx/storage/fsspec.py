@@ -19,19 +19,35 @@ On fsspec's local file system, writes and deletes go through
 :class:`~zarrx.storage.local.LocalStore`, whose writes are atomic (fsspec's
 ``pipe_file`` writes in place) and which keeps no empty folders behind.
 Writes to object stores are atomic by the service's own guarantee.
+
+Remote stores (see :mod:`zarrx.storage.remote`): on async file systems every
+batch (``cat_ranges``, ``pipe``, and ``rm`` where the back end takes a
+``batch_size``) keeps at most ``max_concurrency`` requests in flight (default
+64; storage option ``zarrx_max_concurrency`` or ``ZARRX_MAX_CONCURRENCY``);
+:meth:`FsspecStore.from_url` also configures retries and timeouts of S3 and
+HTTP file systems. HTTP(S) stores are read-only: writes raise
+:class:`~zarrx.errors.ReadOnlyError`. Listing over HTTP works only where the
+server answers a folder URL with an HTML index of links (as ``python -m
+http.server`` and nginx's ``autoindex`` do); elsewhere open hierarchies through
+consolidated metadata. Error messages and ``repr`` name the URL with
+credentials removed (:func:`~zarrx.storage.remote.redact`).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote, urlsplit
 
 import fsspec
+from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.local import LocalStore, is_temporary_name
 from zarrx.storage.paths import validate_key, validate_prefix
+from zarrx.storage.remote import RemoteOptions, configure, redact, secret_values
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -47,6 +63,62 @@ _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 # fsspec treats these as glob characters in rm/cat/expand_path.
 _GLOB_CHARACTERS = re.compile(r"[*?\[]")
+
+#: protocols whose file systems zarrx never writes through (fsspec's HTTP writes are POST/PUT
+#: to arbitrary servers, not an object store with atomic replacement)
+READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _batch_size_option(fs: fsspec.AbstractFileSystem, method: str, limit: int) -> dict[str, int]:
+    """``{"batch_size": limit}`` when ``fs``'s async ``_<method>`` takes it (fsspec's own do;
+    some back ends override them without it), else ``{}``."""
+    implementation = getattr(fs, f"_{method}", None) if isinstance(fs, AsyncFileSystem) else None
+    if implementation is None:
+        return {}
+    try:
+        takes = "batch_size" in inspect.signature(implementation).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"batch_size": limit} if takes else {}
+
+
+def _url_passwords(url: str) -> tuple[str, ...]:
+    """The passwords of ``user:password@`` in each URL of a (chained) fsspec URL."""
+    passwords = []
+    for part in url.split("::"):
+        try:
+            password = urlsplit(part).password
+        except ValueError:  # an invalid port or netloc: nothing to find
+            continue
+        if password and len(password) >= 3:
+            passwords.append(password)
+            passwords.append(quote(password, safe=""))  # as it may appear percent-encoded
+    return tuple(dict.fromkeys(passwords))
+
+
+def _scrub(error: BaseException, secrets: tuple[str, ...]) -> None:
+    """Redact credentials in ``error`` and the errors it was raised from, in place.
+
+    zarrx chains a back end's error to its StoreError (``raise ... from error``), so a
+    traceback or ``logger.exception`` shows it; a back end may have put a key, a secret or a
+    URL with its password into it.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen and len(seen) < 16:
+        seen.add(id(error))
+        if redact(str(error), secrets) != str(error) or any(redact(repr(arg), secrets) != repr(arg) for arg in error.args):
+            error.args = tuple(redact(arg, secrets) if isinstance(arg, str) else arg for arg in error.args)
+            if isinstance(error, OSError):
+                for name in ("strerror", "filename", "filename2"):
+                    value = getattr(error, name, None)
+                    if isinstance(value, str):
+                        setattr(error, name, redact(value, secrets))
+        error = error.__cause__ or error.__context__
 
 
 def _fsspec_range(byte_range: ByteRequest | None) -> tuple[int | None, int | None] | None:
@@ -74,7 +146,13 @@ class FsspecStore(Store):
     root
         The folder (or bucket/prefix) of the store, with or without protocol.
     read_only
-        Refuse writes with :class:`~zarrx.errors.ReadOnlyError`.
+        Refuse writes with :class:`~zarrx.errors.ReadOnlyError` (always so over HTTP).
+    max_concurrency
+        Most requests one batch keeps in flight on an async file system (default:
+        ``ZARRX_MAX_CONCURRENCY`` or 64).
+    secrets
+        Strings never to show in messages (credentials); :meth:`from_url` passes the
+        values of the secret storage options.
 
     Examples
     --------
@@ -84,10 +162,27 @@ class FsspecStore(Store):
     {'zarr.json': b'{}', 'missing': None}
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str = "", read_only: bool = False) -> None:
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        root: str = "",
+        read_only: bool = False,
+        *,
+        max_concurrency: int | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
         self.fs = fs
         self.root = fs._strip_protocol(root).rstrip("/")
-        self.read_only = read_only
+        self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(_protocols(fs))
+        self.read_only = read_only or self.read_only_protocol
+        self.max_concurrency = RemoteOptions(max_concurrency=max_concurrency).max_concurrency
+        self.secrets = tuple(secrets) + secret_values(getattr(fs, "storage_options", None))
+        # a web server redirects a folder URL without its '/' first: one request more per listing
+        self._folder_suffix = "/" if self.read_only_protocol else ""
+        # the cap goes to each batch call whose async implementation takes it (sync ones loop)
+        self._batch = {
+            name: _batch_size_option(fs, name, self.max_concurrency) for name in ("cat_ranges", "pipe", "rm")
+        }
         # "<root>/" before every key; the file system's own root ("/" or "") when root is empty.
         self._prefix = self.root + "/" if self.root else fs.root_marker
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
@@ -98,15 +193,25 @@ class FsspecStore(Store):
     ) -> FsspecStore:
         """The store at an fsspec URL (``"s3://bucket/data.zarr"``, ``"simplecache::https://…"``).
 
-        ``storage_options`` go to the file system (credentials, ``anon=True``, ...).
+        ``storage_options`` go to the file system (credentials, ``anon=True``, ...), but for
+        zarrx's own ``zarrx_max_concurrency``, ``zarrx_retries`` and ``zarrx_timeout``; S3
+        and HTTP file systems get zarrx's retry, timeout and connection-pool defaults for
+        what the options leave unset (see :mod:`zarrx.storage.remote`).
 
         Examples
         --------
         >>> FsspecStore.from_url("memory://x.zarr", read_only=True)
         FsspecStore('memory:///x.zarr', read_only=True)
         """
-        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-        return cls(fs, root, read_only=read_only)
+        remote, options = configure(url, storage_options)
+        # a password in the URL is a secret too, wherever the file system keeps it (a memory
+        # file system keeps "user:password@host" in the path)
+        secrets = secret_values(storage_options) + _url_passwords(url)
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except (ImportError, ValueError, TypeError) as error:
+            raise StoreError(redact(f"cannot open {url!r}: {type(error).__name__}: {error}", secrets)) from None
+        return cls(fs, root, read_only=read_only, max_concurrency=remote.max_concurrency, secrets=secrets)
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
@@ -118,10 +223,23 @@ class FsspecStore(Store):
             return None
         return path[len(self._prefix) :]
 
+    def url(self, key: str = "") -> str:
+        """The full URL of ``key`` (of the root for ``""``), credentials removed."""
+        path = self._prefix + key if key else self.root
+        return redact(self.fs.unstrip_protocol(path), self.secrets)
+
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
-        return StoreError(f"could not {action} {key!r} in {self!r}: {type(error).__name__}: {error}")
+        detail = redact(f"{type(error).__name__}: {error}", self.secrets)
+        # the back end's error becomes the StoreError's __cause__, which tracebacks and logs show
+        _scrub(error, self.secrets)
+        return StoreError(f"could not {action} {key!r} at {self.url(key)}: {detail}")
 
     def _check_writable(self, key: str) -> None:
+        if self.read_only_protocol:
+            raise ReadOnlyError(
+                f"cannot write {key!r}: {self!r} is read-only, as every HTTP(S) store is "
+                "(write to an object store such as s3:// and serve that over HTTP)"
+            )
         if self.read_only:
             raise ReadOnlyError(
                 f"cannot write {key!r}: {self!r} is read-only (open it with mode 'r+', 'a' or 'w' to write)"
@@ -170,6 +288,7 @@ class FsspecStore(Store):
                     [limits[position][0] for position in to_read],
                     [limits[position][1] for position in to_read],
                     on_error="return",
+                    **self._batch["cat_ranges"],
                 )
             except Exception as error:  # a failure of the whole batch
                 raise self._error("read", requests[to_read[0]][0], error) from error
@@ -239,7 +358,8 @@ class FsspecStore(Store):
             return
         try:
             self.fs.pipe(
-                {self._path(key): value if isinstance(value, bytes) else bytes(value) for key, value in items.items()}
+                {self._path(key): value if isinstance(value, bytes) else bytes(value) for key, value in items.items()},
+                **self._batch["pipe"],
             )
         except Exception:
             # Some of the batch may be written; writing it key by key (idempotent)
@@ -265,8 +385,19 @@ class FsspecStore(Store):
             self._check_writable(validate_key(key))
         if self._local is not None:
             return self._local.delete_many(keys)
-        for key in keys:
-            self.delete(key)
+        paths = [self._path(key) for key in dict.fromkeys(keys)]
+        if len(paths) < 2 or any(_GLOB_CHARACTERS.search(path) for path in paths):
+            for key in keys:  # fs.rm would expand glob characters
+                self.delete(key)
+            return
+        try:
+            # one call: S3 deletes up to 1,000 objects per request, async file systems run it concurrently
+            self.fs.rm(paths, **self._batch["rm"])
+        except Exception:
+            # a missing key (which some file systems refuse in a list) or a real failure: key by key
+            # reports the failing key, and deleting twice is harmless
+            for key in keys:
+                self.delete(key)
 
     def delete_prefix(self, prefix: str) -> None:
         self._check_writable(validate_prefix(prefix))
@@ -283,7 +414,7 @@ class FsspecStore(Store):
             self.delete_many(list(self.list_prefix(prefix)))
             return
         try:
-            self.fs.rm(folder, recursive=True)
+            self.fs.rm(folder, recursive=True, **self._batch["rm"])
         except _MISSING:
             pass
         except Exception as error:
@@ -295,7 +426,7 @@ class FsspecStore(Store):
         folder_key = prefix.rpartition("/")[0]
         folder = (self._prefix + folder_key).rstrip("/") or self._prefix
         try:
-            paths = self.fs.find(folder)
+            paths = self.fs.find(folder + self._folder_suffix)
         except _MISSING:
             return iter([])
         except Exception as error:
@@ -309,7 +440,7 @@ class FsspecStore(Store):
             prefix += "/"
         folder = (self._prefix + prefix).rstrip("/") or self._prefix
         try:
-            paths = self.fs.ls(folder, detail=False)
+            paths = self.fs.ls(folder + self._folder_suffix, detail=False)
         except _MISSING:
             return []
         except Exception as error:
@@ -341,4 +472,4 @@ class FsspecStore(Store):
 
     def __repr__(self) -> str:
         flag = ", read_only=True" if self.read_only else ""
-        return f"FsspecStore({self.fs.unstrip_protocol(self.root)!r}{flag})"
+        return f"FsspecStore({self.url()!r}{flag})"

@@ -10,7 +10,9 @@ with "dictionary changed size during iteration". This holds for a plain
 ``dict``; another MutableMapping passed in brings its own guarantees.
 
 Values are stored as ``bytes`` (a bytearray or memoryview passed to ``set`` is
-copied), so a caller reusing its buffer cannot change what was stored.
+copied), so a caller reusing its buffer cannot change what was stored. A batch of
+ranges (:meth:`MemoryStore.get_ranges`) reads each key's value once, so all the
+ranges of one key come from the same value, as with :class:`LocalStore`.
 
 Pickling copies the data: a MemoryStore sent to a dask worker process is a
 snapshot, and writes there are not seen by the parent.
@@ -73,6 +75,9 @@ class MemoryStore(Store):
     ['a']
     """
 
+    #: the data is in this process's memory (see Store.process_local)
+    process_local = True
+
     def __init__(self, mapping: MutableMapping[str, bytes] | None = None, read_only: bool = False) -> None:
         self._data: MutableMapping[str, bytes] = {} if mapping is None else mapping
         self.read_only = read_only
@@ -93,6 +98,18 @@ class MemoryStore(Store):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
         return {key: self.get(key) for key in keys}
+
+    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+        # Each key is looked up once for all its ranges, so the ranges of one key come from one
+        # value even while another thread replaces it (a shard's index and its inner chunks).
+        values: dict[str, bytes | None] = {}
+        results: list[bytes | None] = []
+        for key, byte_range in requests:
+            if key not in values:
+                values[key] = self.get(key)
+            value = values[key]
+            results.append(None if value is None else slice_value(value, byte_range))
+        return results
 
     def exists(self, key: str) -> bool:
         return validate_key(key) in self._data

@@ -74,6 +74,12 @@ class Store(ABC):
 
     read_only: bool = False
 
+    @property
+    def process_local(self) -> bool:
+        """True when the data lives in this process's memory (:class:`MemoryStore`, or a wrapper of
+        one): a copy pickled to another process is a snapshot, and writes made there are lost."""
+        return False
+
     # -- reading -----------------------------------------------------------------
     @abstractmethod
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
@@ -84,7 +90,13 @@ class Store(ABC):
         return {key: self.get(key) for key in keys}
 
     def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
-        """Fetch many byte ranges in one batch, in order. A missing key gives None."""
+        """Fetch many byte ranges in one batch, in order. A missing key gives None.
+
+        :class:`LocalStore` and :class:`MemoryStore` read all the ranges of one key from one
+        version of its value, even while another writer replaces it (one open file, one
+        lookup); a reader can rely on that to check that ranges it reads belong together
+        (a shard's index and its inner chunks). This default reads range by range.
+        """
         return [self.get(key, byte_range) for key, byte_range in requests]
 
     def exists(self, key: str) -> bool:

@@ -21,6 +21,9 @@ The backend is an adapter, nothing more:
 * :class:`ZarrxBackendArray` is the lazy array: basic, outer (``oindex``) and vectorized
   (``vindex``) keys go straight to :class:`zarrx.Array`, so ``.isel``/``.sel`` with lists or
   arrays read only the chunks they touch.
+* Dimension coordinates, which xarray reads one by one to build its indexes, are read
+  together (:func:`zarrx.prefetch.read_together`): the first read fetches all their chunks in
+  one batch, so opening a dataset costs one round trip for them, not one each.
 
 Where zarrx differs from ``engine="zarr"`` on purpose: ``preferred_chunks`` are the shards of
 a sharded array (dask tasks then never share a stored object), ``use_zarr_fill_value_as_mask``
@@ -51,6 +54,7 @@ import zarrx
 from zarrx.array import Array
 from zarrx.errors import MetadataError, NodeNotFoundError
 from zarrx.group import Group
+from zarrx.prefetch import read_together
 from zarrx.storage import make_store
 from zarrx.storage.store import Store
 
@@ -214,6 +218,17 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
     )
 
 
+def _is_dimension_coordinate(name: str, array: Array) -> bool:
+    """Whether ``array`` is a 1-d coordinate named after its dimension (xarray makes it an index)."""
+    if array.ndim != 1:
+        return False
+    try:
+        dimensions, _ = dimensions_and_attributes(array)
+    except MetadataError:
+        return False
+    return dimensions == (name,)
+
+
 def _codec_json(codec: Any) -> Any:
     return codec.to_json() if hasattr(codec, "to_json") else codec
 
@@ -340,11 +355,12 @@ class ZarrxDataStore(AbstractDataStore):
         return Variable(dimensions, data, attributes, encoding)
 
     def get_variables(self) -> FrozenDict:
-        return FrozenDict(
-            (name, self.open_store_variable(name, array))
-            for name, array in self.arrays.items()
-            if name not in self._drop
-        )
+        arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
+        # xarray reads every dimension coordinate to build its indexes, one after another:
+        # the first of those reads fetches them all in one batch (one round trip, not one each)
+        indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
+        arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
+        return FrozenDict((name, self.open_store_variable(name, array)) for name, array in arrays.items())
 
     def get_attrs(self) -> dict[str, Any]:
         return {k: v for k, v in self.group.attrs.asdict().items() if not _is_nc_attribute(k)}

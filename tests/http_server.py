@@ -1,0 +1,299 @@
+"""A loopback HTTP server serving a folder, for tests and benchmarks of remote reads.
+
+Python's ``http.server`` answers every GET with the whole file; this handler also
+answers ``Range: bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` with 206 and a
+``Content-Range`` (416 when the range starts past the end), as object stores and
+web servers do. A folder URL gets an HTML index of links (what fsspec's HTTP file
+system lists). It refuses PUT, POST and DELETE (405).
+
+Every request is recorded (:class:`Request`: method, path, range, start and end
+times, status), so tests can count requests and see whether they overlapped in
+time. ``delay`` seconds are added to each request (a remote store's latency);
+``fail`` decides, per request, to answer with an error status instead, or (status
+0) to close the connection without an answer (:class:`FailFirst` for flaky servers,
+:class:`FailAlways` for broken ones).
+
+Usage::
+
+    with serve(folder, delay=0.02) as server:
+        url = server.url + "/data.zarr"
+        ...
+        server.requests, server.max_in_flight(), server.reset()
+
+or in a process of its own (so its work does not compete with the client's for the GIL),
+printing its URL on the first line and answering ``GET /__stats__`` and ``/__reset__``::
+
+    python -m tests.http_server FOLDER --delay 0.02
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterator
+
+__all__ = ["Request", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways", "serve"]
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+#: requests that read or reset the request log (for a server in another process)
+CONTROL_PATHS = ("/__stats__", "/__reset__")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    range: str | None
+    start: float
+    end: float
+    status: int
+
+
+class FailFirst:
+    """Answer ``status`` to the first ``count`` requests of every path, then serve normally."""
+
+    def __init__(self, count: int, status: int = 503, paths: str = "") -> None:
+        self.count, self.status, self.paths = count, status, paths
+        self.seen: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, method: str, path: str) -> int | None:
+        if self.paths not in path:
+            return None
+        with self.lock:
+            self.seen[path] += 1
+            return self.status if self.seen[path] <= self.count else None
+
+
+class FailAlways:
+    """Answer ``status`` to every request whose path contains ``paths``."""
+
+    def __init__(self, status: int = 503, paths: str = "") -> None:
+        self.status, self.paths = status, paths
+
+    def __call__(self, method: str, path: str) -> int | None:
+        return self.status if self.paths in path else None
+
+
+class RecordingServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # many concurrent connects: the default backlog of 5 would drop SYNs (1 s retransmits)
+    request_queue_size = 512
+    allow_reuse_address = True
+
+    def __init__(self, directory: str, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None):
+        super().__init__(("127.0.0.1", 0), RangeHTTPRequestHandler)
+        self.directory = directory
+        self.delay = delay
+        self.fail = fail
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def record(self, request: Request) -> None:
+        with self.lock:
+            self.requests.append(request)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests = []
+
+    def count(self, method: str | None = None) -> int:
+        return sum(1 for r in self.requests if method is None or r.method == method)
+
+    def max_in_flight(self) -> int:
+        """The most requests the server was handling at one moment."""
+        events = sorted([(r.start, 1) for r in self.requests] + [(r.end, -1) for r in self.requests])
+        current = peak = 0
+        for _, change in events:
+            current += change
+            peak = max(peak, current)
+        return peak
+
+
+class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
+    """``SimpleHTTPRequestHandler`` with byte ranges, a delay, failures and a request log."""
+
+    server: RecordingServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as clients pool connections
+    # headers and body go out in separate writes: with Nagle's algorithm the body would wait
+    # for the client's delayed ACK of the headers, 40 ms on Linux
+    disable_nagle_algorithm = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, directory=args[2].directory, **kwargs)
+
+    def log_message(self, format: str, *args) -> None:  # quiet
+        pass
+
+    def _handle(self, method: str, respond: Callable[[], object]) -> None:
+        self._request = (method, time.perf_counter())
+        try:
+            if self.server.delay:
+                time.sleep(self.server.delay)
+            failure = self.server.fail(method, self.path) if self.server.fail else None
+            if failure == 0:  # a connection reset: close without answering
+                self._record(0)
+                self.close_connection = True
+            elif failure is not None:
+                self.send_error(failure)
+            else:
+                respond()
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout): nothing to answer
+            self.close_connection = True
+        finally:
+            if self._request is not None:  # never answered
+                self._record(0)
+
+    def _record(self, status: int) -> None:
+        method, start = self._request
+        self._request = None
+        now = time.perf_counter()
+        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status)))
+
+    def send_response(self, code, message=None) -> None:
+        # recorded before the first byte of the answer leaves, so a client that has its answer
+        # always finds its request in the log, and "in flight" ends before it can send the next
+        if getattr(self, "_request", None) is not None:
+            self._record(code)
+        super().send_response(code, message)
+
+    def do_GET(self) -> None:
+        if self.path in CONTROL_PATHS:
+            return self._control()
+        self._handle("GET", lambda: self._send(head=False))
+
+    def _control(self) -> None:
+        """``/__stats__``: the requests so far as JSON (count, by method, most in flight);
+        ``/__reset__``: forget them. Neither is recorded nor delayed."""
+        server = self.server
+        stats = {
+            "requests": server.count(),
+            "methods": dict(Counter(r.method for r in server.requests)),
+            "max_in_flight": server.max_in_flight(),
+        }
+        if self.path == "/__reset__":
+            server.reset()
+        body = json.dumps(stats).encode()
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self._handle("HEAD", lambda: self._send(head=True))
+
+    def _refuse(self) -> None:
+        self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, "read-only server")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT", self._refuse)
+
+    def do_POST(self) -> None:
+        self._handle("POST", self._refuse)
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE", self._refuse)
+
+    def _send(self, head: bool) -> int:
+        path = self.translate_path(self.path)
+        if os.path.isdir(path):
+            if not self.path.split("?")[0].endswith("/"):
+                self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+                self.send_header("Location", self.path.split("?")[0] + "/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return HTTPStatus.MOVED_PERMANENTLY
+            listing = self.list_directory(path)  # sends the headers itself
+            if listing is not None:
+                if not head:
+                    shutil.copyfileobj(listing, self.wfile)
+                listing.close()
+            return HTTPStatus.OK
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError:
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return HTTPStatus.NOT_FOUND
+        size = len(data)
+        header = self.headers.get("Range")
+        status = HTTPStatus.OK
+        if header:
+            match = _RANGE.match(header.strip())
+            if match is None or match[1] == match[2] == "":
+                self.send_error(HTTPStatus.BAD_REQUEST, "bad Range")
+                return HTTPStatus.BAD_REQUEST
+            if match[1] == "":  # the last n bytes
+                first, last = max(0, size - int(match[2])), size - 1
+            else:
+                first = int(match[1])
+                last = min(size - 1, int(match[2])) if match[2] else size - 1
+            if first >= size or first > last:
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE
+            data = data[first : last + 1]
+            status = HTTPStatus.PARTIAL_CONTENT
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == HTTPStatus.PARTIAL_CONTENT:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+        return status
+
+
+@contextlib.contextmanager
+def serve(
+    directory: str | os.PathLike, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None
+) -> Iterator[RecordingServer]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) in a background thread; stopped on exit."""
+    server = RecordingServer(os.fspath(directory), delay=delay, fail=fail)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="zarrx-test-http", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve a folder over HTTP with byte ranges, a delay and a request log")
+    parser.add_argument("directory")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds added to every request")
+    arguments = parser.parse_args()
+    server = RecordingServer(arguments.directory, delay=arguments.delay)
+    print(server.url, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
