@@ -120,6 +120,9 @@ class ArrayArrayCodec(Codec):
 
 class ArrayBytesCodec(Codec):
     kind = "array_to_bytes"
+    #: the array layer can read and write parts of an encoded chunk (sharding), so the
+    #: chunk is never decoded whole and its size is not bounded as a whole
+    decodes_partially: ClassVar[bool] = False
 
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         """Exact size of the encoding of a chunk of ``spec``, or None when it varies."""

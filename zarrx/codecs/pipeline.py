@@ -21,10 +21,21 @@ view of the stored bytes, so callers copy it into their output.
 An array -> bytes codec that reads parts of its input (sharding) is used as is:
 the array layer finds it in :attr:`CodecPipeline.array_bytes`, and can decode
 partially when :attr:`CodecPipeline.bytes_bytes` is empty.
+
+Chunks are bounded too. A chunk is decoded (and, when written in part, filled)
+whole in memory, so :meth:`CodecPipeline.validate` -- run whenever array
+metadata is parsed or built -- refuses a chunk whose decoded size is over
+:func:`max_chunk_bytes` (16 GiB, or ``ZARRX_MAX_CHUNK_BYTES``) with a
+:class:`~zarrx.errors.MetadataError`, before anything is allocated: metadata
+such as ``chunk_shape: [2**40, 2**40]``, or a shard index of 2**40 entries,
+cannot make a reader or writer ask for exabytes. Shards read in parts (a
+pipeline of the sharding codec alone) are exempt; their inner chunks and their
+index are bounded.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,12 +45,64 @@ import numpy as np
 
 from zarrx.codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
 from zarrx.codecs.registry import codec_from_json
-from zarrx.errors import ChunkDecodeError, ChunkEncodeError, MetadataError, ZarrxError
+from zarrx.errors import ChunkDecodeError, ChunkEncodeError, MetadataError, UsageError, ZarrxError
 
-__all__ = ["CodecPipeline", "DEFAULT_MAX_SIZE"]
+__all__ = ["CodecPipeline", "DEFAULT_MAX_SIZE", "DEFAULT_MAX_CHUNK_BYTES", "check_chunk_size", "max_chunk_bytes"]
 
 #: bound on a decoded chunk whose size is not fixed by its data type (variable length)
 DEFAULT_MAX_SIZE = 2**31
+#: bound on the in-memory size of a chunk decoded whole (see max_chunk_bytes)
+DEFAULT_MAX_CHUNK_BYTES = 2**34
+MAX_CHUNK_BYTES_VARIABLE = "ZARRX_MAX_CHUNK_BYTES"
+
+
+def max_chunk_bytes() -> int:
+    """The most bytes a chunk decoded whole may take in memory: ``ZARRX_MAX_CHUNK_BYTES`` or 16 GiB."""
+    configured = os.environ.get(MAX_CHUNK_BYTES_VARIABLE, "")
+    try:
+        value = int(configured) if configured else DEFAULT_MAX_CHUNK_BYTES
+    except ValueError:
+        raise UsageError(f"{MAX_CHUNK_BYTES_VARIABLE} must be a number of bytes, found {configured!r}") from None
+    return value if value > 0 else DEFAULT_MAX_CHUNK_BYTES
+
+
+def check_chunk_size(spec: ChunkSpec, what: str = "chunk") -> None:
+    """Refuse chunks of ``spec`` that would take more than :func:`max_chunk_bytes` in memory.
+
+    Computed with Python integers from the shape alone, so nothing overflows and nothing is
+    allocated; variable-length elements count their in-memory size (a pointer or a NumPy
+    string slot), elements of no size count one byte.
+
+    Raises
+    ------
+    MetadataError
+        Naming the shape, the size and the limit.
+
+    Examples
+    --------
+    >>> from zarrx.dtypes import resolve_data_type
+    >>> check_chunk_size(ChunkSpec((2**40, 2**40), resolve_data_type("int32"), 0))
+    Traceback (most recent call last):
+    ...
+    zarrx.errors.MetadataError: chunk_grid: a chunk of shape (1099511627776, 1099511627776) and data type int32 takes ...
+    """
+    nbytes = spec.size * max(1, spec.dtype.itemsize)
+    limit = max_chunk_bytes()
+    if nbytes > limit:
+        field_name, smaller = _CHUNK_KINDS.get(what, ("codecs", "shape"))
+        raise MetadataError(
+            f"{field_name}: a {what} of shape {spec.shape} and data type {spec.dtype} takes {nbytes} bytes "
+            f"in memory, over zarrx's limit of {limit} bytes; zarrx holds a {what} whole in memory, so use "
+            f"a smaller {smaller} (or raise the limit with the environment variable {MAX_CHUNK_BYTES_VARIABLE})"
+        )
+
+
+#: what a bounded chunk is -> (metadata field that sets its size, what to make smaller)
+_CHUNK_KINDS = {
+    "chunk": ("chunk_grid", "chunk shape"),
+    "inner chunk": ("codecs", "inner chunk shape (sharding_indexed chunk_shape)"),
+    "shard index": ("codecs", "number of inner chunks per shard"),
+}
 
 _KIND_RANK = {"array_to_array": 0, "array_to_bytes": 1, "bytes_to_bytes": 2}
 _KIND_TEXT = {kind: kind.replace("_to_", " -> ") for kind in _KIND_RANK}
@@ -138,8 +201,16 @@ class CodecPipeline:
             bytes_bytes=tuple(codec.evolve_from_spec(spec) for codec in self.bytes_bytes),
         )
 
-    def validate(self, spec: ChunkSpec) -> None:
-        """Raise MetadataError if the codecs cannot encode chunks of ``spec``."""
+    @property
+    def decodes_whole(self) -> bool:
+        """Whether the array layer decodes a chunk whole (all but shards it reads in parts)."""
+        return not (self.array_bytes.decodes_partially and not self.array_array and not self.bytes_bytes)
+
+    def validate(self, spec: ChunkSpec, what: str = "chunk") -> None:
+        """Raise MetadataError if the codecs cannot encode chunks of ``spec``, or such a chunk
+        decoded whole would be too large (see :func:`check_chunk_size`; ``what`` names it)."""
+        if self.decodes_whole or what != "chunk":  # nested pipelines (inner chunks) decode whole
+            check_chunk_size(spec, what)
         for codec in self.array_array:
             codec.validate(spec)
             spec = codec.resolve_spec(spec)

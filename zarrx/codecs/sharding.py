@@ -56,6 +56,7 @@ class ShardingCodec(ArrayBytesCodec):
     """
 
     name = "sharding_indexed"
+    decodes_partially = True
 
     chunk_shape: tuple[int, ...]
     codecs: Any = (BytesCodec(endian="little"),)
@@ -126,9 +127,9 @@ class ShardingCodec(ArrayBytesCodec):
                 f"codecs: sharding_indexed: the inner chunk shape {list(self.chunk_shape)} must evenly divide "
                 f"the shard shape {list(spec.shape)}"
             )
-        self.codecs.validate(self.inner_spec(spec))
+        self.codecs.validate(self.inner_spec(spec), "inner chunk")
         index_spec = self.index_spec(spec)
-        self.index_codecs.validate(index_spec)
+        self.index_codecs.validate(index_spec, "shard index")
         if self.index_codecs.encoded_size(index_spec) is None:
             raise MetadataError(
                 "codecs: sharding_indexed: index_codecs must produce a fixed size (no compression); "

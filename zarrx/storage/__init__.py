@@ -16,6 +16,9 @@ an ``fsspec.FSMap``                                    a :class:`FsspecStore` on
                                                        (a :class:`LocalStore` for a local one)
 =====================================================  =========================================
 
+:class:`FaultyStore` wraps any store and fails chosen reads, writes or deletions, for testing
+what a pipeline does when storage fails (:mod:`zarrx.storage.faults`).
+
 ``mode="r"`` opens the store read-only; ``"r+"``, ``"a"``, ``"w"`` and ``"w-"``
 open it writable (what each means for existing nodes is the caller's business).
 """
@@ -33,9 +36,11 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.mapping import FSMap
 
 from zarrx.errors import StoreError, StoreTypeError, UsageError
+from zarrx.storage.faults import FailOnce, FaultyStore
 from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
+from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -53,6 +58,9 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "FsspecStore",
+    "FaultyStore",
+    "FailOnce",
+    "MetricsStore",
     "make_store",
     "MODES",
 ]

@@ -1,0 +1,492 @@
+"""Checking a stored hierarchy: decode every stored chunk and say, by key, what is wrong.
+
+:func:`verify` walks every array and group below a node, reads every stored chunk
+(shard) of every array in batches and decodes it on zarrx's thread pool -- for a
+sharded array the index and every inner chunk, one at a time, so memory stays at a
+few chunks per thread -- and returns a :class:`VerifyReport`:
+
+* ``corrupt``: chunks that cannot be read or decoded -- truncated, random bytes, a
+  checksum mismatch, a wrong decoded size, a bad shard index, a store error -- each
+  with its key and the error (a :class:`Problem`);
+* ``bad_metadata``: metadata documents that do not parse (the node's subtree cannot
+  be checked);
+* ``missing``: chunks of an array's grid that are not stored. They read as the fill
+  value, which is legal (zarrx does not store all-fill chunks by default), so this is
+  information, not an error; the keys are listed for arrays of up to
+  :data:`MAX_LISTED_MISSING` missing chunks, and counted for all;
+* ``unknown``: keys below the node that are neither a node's metadata nor a chunk
+  inside an array's grid (stray files, chunks left outside an array's shape,
+  folders that are not nodes);
+* ``temporary``: temporary files of :class:`~zarrx.storage.LocalStore` writes that
+  were interrupted (a killed process); never read as data, safe to delete.
+
+``report.ok`` is true when no chunk is corrupt and every metadata document parses;
+missing chunks, unknown keys and temporary files do not change it. ``str(report)``
+is a readable summary (what ``zarrx verify URL`` prints).
+
+The metadata read is the store's own documents, never consolidated metadata, so a
+stale consolidated document does not hide a node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from zarrx.chunk_io import ChunkLayout, decoded_nbytes, split_batches
+from zarrx.codecs.sharding import EMPTY
+from zarrx.concurrency import map_concurrent
+from zarrx.errors import ChunkDecodeError, NodeNotFoundError, StoreError, ZarrxError
+from zarrx.hierarchy import layout_of, node_keys, read_node
+from zarrx.node import Node
+from zarrx.storage import make_store
+from zarrx.storage.local import LocalStore, is_temporary_name
+from zarrx.storage.paths import join_key, normalize_path, validate_node_name
+from zarrx.storage.store import Store
+
+__all__ = ["verify", "VerifyReport", "Problem", "ArrayCheck", "MAX_LISTED_MISSING"]
+
+#: missing chunk keys listed per array (all are counted)
+MAX_LISTED_MISSING = 1000
+#: grids larger than this are not walked to list their missing keys (they are still counted)
+MAX_GRID_WALKED = 10**6
+#: decoded bytes' worth of chunks fetched from the store in one batch
+BATCH_BYTES = 64 * 2**20
+#: problems and keys of each kind shown by ``str(report)``
+SHOWN = 20
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with one stored object: its key, the node it belongs to and the error."""
+
+    key: str
+    node: str
+    error: str
+
+    def __str__(self) -> str:
+        # metadata errors already start with their key
+        return self.error if self.error.startswith(f"{self.key}: ") else f"{self.key}: {self.error}"
+
+
+@dataclass(frozen=True)
+class ArrayCheck:
+    """What was found for one array: chunks in its grid, stored, checked, and missing."""
+
+    path: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+    nchunks: int
+    stored: int
+
+    @property
+    def missing(self) -> int:
+        return self.nchunks - self.stored
+
+    def __str__(self) -> str:
+        return (
+            f"/{self.path} {self.dtype} shape={self.shape} chunks={self.chunks}: "
+            f"{self.stored} of {self.nchunks} chunks stored"
+        )
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify` (see the module docstring for each field)."""
+
+    store: str
+    path: str
+    arrays: list[ArrayCheck] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    corrupt: list[Problem] = field(default_factory=list)
+    bad_metadata: list[Problem] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    temporary: list[str] = field(default_factory=list)
+    #: stored chunks (shards) read and decoded
+    chunks_checked: int = 0
+    #: their stored bytes
+    bytes_checked: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every stored chunk decodes and every metadata document parses."""
+        return not self.corrupt and not self.bad_metadata
+
+    @property
+    def missing_count(self) -> int:
+        """Chunks of the arrays' grids that are not stored (they read as the fill value)."""
+        return sum(array.missing for array in self.arrays)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        lines = [f"verify {self.store} {'/' + self.path!r}"]
+        lines.append(
+            f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {self.chunks_checked} stored chunk(s) "
+            f"checked ({_human(self.bytes_checked)}) in {self.seconds:.1f} s"
+        )
+        lines += [f"  {array}" for array in self.arrays[:SHOWN]]
+        if len(self.arrays) > SHOWN:
+            lines.append(f"  ... and {len(self.arrays) - SHOWN} more arrays")
+        if self.ok:
+            lines.append("OK: every stored chunk decodes and every metadata document parses")
+        else:
+            lines.append(
+                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
+            )
+        sections = [
+            ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
+            ("corrupt chunks", self.corrupt, len(self.corrupt)),
+            ("missing chunks (they read as the fill value; not an error)", self.missing, self.missing_count),
+            ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
+            ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
+        ]
+        for title, items, count in sections:
+            if not count:
+                continue
+            lines.append(f"{title}: {count}")
+            lines += [f"  {item}" for item in items[:SHOWN]]
+            if count > min(len(items), SHOWN):
+                lines.append(f"  ... and {count - min(len(items), SHOWN)} more")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def _human(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024:
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} TiB"
+
+
+# -- walking the hierarchy -------------------------------------------------------------------
+@dataclass
+class _Walk:
+    """The nodes found below the verified node."""
+
+    arrays: dict[str, Any] = field(default_factory=dict)  # path -> metadata
+    groups: dict[str, Any] = field(default_factory=dict)
+    #: key prefixes of nodes whose metadata failed: their keys are not judged
+    skipped_prefixes: list[str] = field(default_factory=list)
+
+
+def _is_node_name(name: str) -> bool:
+    try:
+        validate_node_name(name)
+    except ZarrxError:
+        return False
+    return True
+
+
+def _walk(store: Store, root_path: str, root_metadata: Any, report: VerifyReport) -> _Walk:
+    walk = _Walk()
+    stack = [(root_path, root_metadata)]
+    while stack:
+        path, metadata = stack.pop()
+        if metadata.node_type == "array":
+            walk.arrays[path] = metadata
+            continue
+        walk.groups[path] = metadata
+        stack.extend(sorted(_children(store, path, metadata, report, walk).items(), reverse=True))
+    return walk
+
+
+def _children(store: Store, path: str, metadata: Any, report: VerifyReport, walk: _Walk) -> dict[str, Any]:
+    """The child nodes of the group at ``path`` by path; a child whose metadata fails is reported."""
+    layout = layout_of(metadata)
+    try:
+        return {join_key(path, name): child for name, child in layout.list_children(store, path).items()}
+    except ZarrxError:
+        pass  # one bad document fails the whole batch: find it child by child
+    children = {}
+    try:
+        names = [name for name in store.list_dir(join_key(path, "")) if _is_node_name(name)]
+    except ZarrxError as error:
+        report.bad_metadata.append(Problem(join_key(path, ""), "/" + path, f"cannot list the group: {error}"))
+        walk.skipped_prefixes.append(join_key(path, ""))
+        return {}
+    for name in names:
+        child = join_key(path, name)
+        try:
+            found = layout.read_child(store, child)
+        except ZarrxError as error:
+            report.bad_metadata.append(Problem(layout.keys(child)[0], "/" + child, str(error)))
+            walk.skipped_prefixes.append(join_key(child, ""))
+            continue
+        if found is not None:
+            children[child] = found
+    return children
+
+
+# -- classifying the stored keys ----------------------------------------------------------------
+def _claimed_metadata_keys(walk: _Walk) -> set[str]:
+    keys: set[str] = set()
+    for path, metadata in itertools.chain(walk.arrays.items(), walk.groups.items()):
+        keys.update(metadata.metadata_keys(path))
+        if metadata.zarr_format == 2 and metadata.node_type == "group":
+            keys.add(join_key(path, ".zmetadata"))  # consolidated metadata of a v2 group
+        if not isinstance(metadata.zarr_format, int):
+            keys.add("zarr.json")  # the entry point of a 2022 draft hierarchy
+    return keys
+
+
+def _chunk_coords(key: str, prefixes: dict[str, tuple[str, Any]]) -> tuple[str, tuple[int, ...]] | None:
+    """``(array path, chunk coordinates)`` when ``key`` is a chunk key inside an array's grid."""
+    ends = [0] + [position + 1 for position, character in enumerate(key) if character == "/"]
+    for end in ends:
+        found = prefixes.get(key[:end])
+        if found is None:
+            continue
+        path, metadata = found
+        coords = metadata.chunk_key_encoding.decode(key[end:])
+        if coords is None or len(coords) != len(metadata.shape):
+            continue
+        if all(c < g for c, g in zip(coords, metadata.grid_shape)):
+            return path, coords
+    return None
+
+
+def _stored_chunks(
+    store: Store, root_path: str, walk: _Walk, report: VerifyReport
+) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+    """Every stored chunk key of every array, ``(key, coords)`` by array path; unknown keys go to the report."""
+    metadata_keys = _claimed_metadata_keys(walk)
+    prefixes = {metadata.chunk_prefix(path): (path, metadata) for path, metadata in walk.arrays.items()}
+    stored: dict[str, list[tuple[str, tuple[int, ...]]]] = {path: [] for path in walk.arrays}
+    listed = {join_key(root_path, "")} | set(prefixes)
+    seen: set[str] = set()
+    for prefix in sorted(listed, key=len):
+        if any(prefix.startswith(done) for done in seen if done != prefix):
+            continue  # a longer prefix inside one already listed
+        seen.add(prefix)
+        try:
+            keys = list(store.list_prefix(prefix))
+        except ZarrxError as error:
+            report.corrupt.append(Problem(prefix, "/" + root_path, f"cannot list the store: {error}"))
+            continue
+        for key in keys:
+            if key in metadata_keys:
+                continue
+            chunk = _chunk_coords(key, prefixes)
+            if chunk is not None:
+                stored[chunk[0]].append((key, chunk[1]))
+            elif not any(key.startswith(skipped) for skipped in walk.skipped_prefixes):
+                report.unknown.append(key)
+    report.unknown.sort()
+    return stored
+
+
+def _missing_keys(metadata: Any, path: str, stored: set[tuple[int, ...]], limit: int) -> Iterator[str]:
+    """Keys of up to ``limit`` grid chunks that are not stored (for grids of up to MAX_GRID_WALKED chunks)."""
+    if metadata.nchunks > MAX_GRID_WALKED:
+        return
+    for coords in itertools.product(*(range(n) for n in metadata.grid_shape)):
+        if coords not in stored:
+            yield metadata.storage_key(path, coords)
+            limit -= 1
+            if limit <= 0:
+                return
+
+
+def _temporary_files(store: Store, root_path: str) -> list[str]:
+    """Leftover temporary files of interrupted LocalStore writes below the node, as key-like paths."""
+    local = store if isinstance(store, LocalStore) else getattr(store, "_local", None)
+    if not isinstance(local, LocalStore):
+        return []
+    top = os.path.join(local.root, *root_path.split("/")) if root_path else local.root
+    found = []
+    for folder, _, files in os.walk(top):
+        for name in files:
+            if is_temporary_name(name):
+                found.append(os.path.relpath(os.path.join(folder, name), local.root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+# -- decoding -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Job:
+    key: str
+    path: str
+    layout: ChunkLayout
+
+
+def _decode_shard(layout: ChunkLayout, raw: bytes, key: str) -> None:
+    """Decode a shard's index and each inner chunk (one at a time, so memory stays one inner chunk)."""
+    codec, spec = layout.sharding, layout.spec
+    index_size = codec.index_size(spec)
+    view = memoryview(raw)
+    if len(view) < index_size:
+        raise ChunkDecodeError(
+            f"chunk {key!r}: codec 'sharding_indexed': a shard of {len(view)} bytes cannot hold its "
+            f"{index_size}-byte index"
+        )
+    index_bytes = view[len(view) - index_size :] if codec.index_location == "end" else view[:index_size]
+    index = codec.decode_index(index_bytes, spec, key, shard_size=len(view))
+    inner_spec = codec.inner_spec(spec)
+    for inner in itertools.product(*(range(n) for n in codec.chunks_per_shard(spec))):
+        offset, nbytes = index[inner]
+        if offset == EMPTY and nbytes == EMPTY:
+            continue
+        codec.codecs.decode(view[int(offset) : int(offset) + int(nbytes)], inner_spec, key=f"{key} inner chunk {inner}")
+
+
+def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
+    """Decode one stored chunk; a failure is added to the report. Returns the bytes checked."""
+    if raw is None:
+        return 0  # deleted since it was listed: now missing, which is legal
+    try:
+        if job.layout.sharding is not None:
+            _decode_shard(job.layout, raw, job.key)
+        else:
+            job.layout.decode_chunk(raw, job.key)
+    except ZarrxError as error:
+        report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
+    except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
+        report.corrupt.append(Problem(job.key, "/" + job.path, f"{type(error).__name__}: {error}"))
+    return len(raw)
+
+
+def _fetch(store: Store, keys: list[str], report: VerifyReport, jobs: dict[str, _Job]) -> dict[str, bytes | None]:
+    """The stored bytes of ``keys`` in one batch; when the batch fails, key by key, reporting the failures."""
+    try:
+        return store.get_many(keys)
+    except Exception:  # stores raise StoreError; anything else is reported all the same
+        pass
+    values: dict[str, bytes | None] = {}
+    for key in keys:
+        try:
+            values[key] = store.get(key)
+        except Exception as error:
+            report.corrupt.append(Problem(key, "/" + jobs[key].path, f"cannot read it: {type(error).__name__}: {error}"))
+    return values
+
+
+def _progress_printer() -> ProgressCallback:
+    started = time.perf_counter()
+
+    def show(done: int, total: int) -> None:
+        elapsed = time.perf_counter() - started
+        end = "\n" if done >= total else ""
+        print(f"\rverify: {done}/{total} chunks checked ({elapsed:.1f} s)", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+def verify(
+    store: Any,
+    path: str = "",
+    *,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool | ProgressCallback = False,
+) -> VerifyReport:
+    """Decode every stored chunk of every array below ``path`` and report what is wrong.
+
+    Parameters
+    ----------
+    store
+        Anything :func:`zarrx.open` takes (a path, a URL, a Store, ...), or an open
+        :class:`zarrx.Array` / :class:`zarrx.Group` (then ``path`` is relative to it).
+    path
+        The node to check, with everything below it (the root by default).
+    storage_options
+        fsspec options for a URL.
+    progress
+        True to show progress on stderr, or a callable ``progress(done, total)`` called
+        after each batch of chunks.
+
+    Returns
+    -------
+    VerifyReport
+        ``report.ok`` when every stored chunk decodes and every metadata document parses;
+        ``str(report)`` is a summary.
+
+    Raises
+    ------
+    NodeNotFoundError
+        There is no array or group at ``path``.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> from zarrx.storage import MemoryStore
+    >>> store = MemoryStore()
+    >>> arr = zarrx.create_array(store, "a", shape=(4, 4), chunks=(2, 2), dtype="int16")
+    >>> arr[:2] = 1
+    >>> store.set("a/c/0/1", b"garbage")
+    >>> report = verify(store)
+    >>> report.ok, [problem.key for problem in report.corrupt], report.missing
+    (False, ['a/c/0/1'], ['a/c/1/0', 'a/c/1/1'])
+    """
+    started = time.perf_counter()
+    if isinstance(store, Node):  # an open Array or Group
+        path = join_key(store.path, normalize_path(path)).strip("/")
+        store = store.store
+    zstore = make_store(store, mode="r", storage_options=storage_options)
+    path = normalize_path(path)
+    report = VerifyReport(store=repr(zstore), path=path)
+    try:
+        root = read_node(zstore, path)
+    except ZarrxError as error:
+        if isinstance(error, StoreError):
+            raise
+        report.bad_metadata.append(Problem(node_keys(path, None), "/" + path, str(error)))
+        report.seconds = time.perf_counter() - started
+        return report
+    if root is None:
+        raise NodeNotFoundError(f"no array or group at {'/' + path!r} in {zstore!r} (key {node_keys(path, None)} is absent)")
+
+    walk = _walk(zstore, path, root, report)
+    report.groups = sorted("/" + group for group in walk.groups)
+    stored = _stored_chunks(zstore, path, walk, report)
+    jobs: dict[str, _Job] = {}
+    for array_path, metadata in sorted(walk.arrays.items()):
+        chunks = stored[array_path]
+        report.arrays.append(
+            ArrayCheck(
+                path=array_path,
+                shape=tuple(metadata.shape),
+                chunks=tuple(metadata.chunks),
+                dtype=str(metadata.dtype),
+                nchunks=metadata.nchunks,
+                stored=len(chunks),
+            )
+        )
+        layout = ChunkLayout(zstore, array_path, metadata)
+        jobs.update((key, _Job(key, array_path, layout)) for key, _ in sorted(chunks))
+        missing = metadata.nchunks - len(chunks)
+        if missing:
+            report.missing.extend(
+                _missing_keys(metadata, array_path, {coords for _, coords in chunks}, min(missing, MAX_LISTED_MISSING))
+            )
+    report.temporary = _temporary_files(zstore, path)
+
+    show = _progress_printer() if progress is True else (progress or None)
+    total, done = len(jobs), 0
+    weight = lambda key: decoded_nbytes(jobs[key].layout.spec)  # noqa: E731
+    for batch in split_batches(list(jobs), weight, BATCH_BYTES):
+        values = _fetch(zstore, batch, report, jobs)
+        checked = map_concurrent(lambda key: _check(jobs[key], values.get(key), report), [k for k in batch if k in values])
+        report.bytes_checked += sum(checked)
+        report.chunks_checked += sum(1 for key in batch if values.get(key) is not None)
+        done += len(batch)
+        if show is not None:
+            show(done, total)
+    if show is not None and not total:
+        show(0, 0)
+    report.corrupt.sort(key=lambda problem: problem.key)
+    report.bad_metadata.sort(key=lambda problem: problem.key)
+    report.seconds = time.perf_counter() - started
+    return report
