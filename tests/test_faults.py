@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import uuid
 from typing import Any, Callable
 
 import dask
@@ -29,7 +30,7 @@ import pytest
 import zarrx
 from zarrx.codecs import Crc32cCodec, ZstdCodec
 from zarrx.errors import StoreError, UsageError, ZarrxError
-from zarrx.storage import FailOnce, FaultyStore, LocalStore, MemoryStore
+from zarrx.storage import FailOnce, FaultyStore, LocalStore, MemoryStore, MetricsStore
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 
 SHAPE = (12, 12)
@@ -261,11 +262,6 @@ def test_failed_resize_that_grows_keeps_shape_and_data(inner):
     faults()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Array.resize deletes and trims chunks past the new edge before it writes the new shape: when the "
-    "metadata write fails, the array keeps its old shape but has lost that data (fix requested in array.py)",
-)
 def test_failed_resize_that_shrinks_keeps_shape_and_data(inner):
     store, arr = prepared(inner, "zstd")
     store.fail_set = lambda key: key.endswith("zarr.json")
@@ -275,6 +271,20 @@ def test_failed_resize_that_shrinks_keeps_shape_and_data(inner):
     reopened = zarrx.open_array(inner, "x")
     assert reopened.shape == SHAPE
     np.testing.assert_array_equal(reopened[...], generation(0))
+
+
+def test_failed_clean_up_after_a_shrink_says_so_and_a_repeated_resize_finishes_it(inner):
+    store, arr = prepared(inner, "zstd")
+    store.fail_delete = 1
+    with pytest.raises(StoreError, match=r"resized to \[6, 6\].*call resize\(\[6, 6\]\) again"):
+        arr.resize(6, 6)
+    faults()
+    assert zarrx.open_array(inner, "x").shape == (6, 6)
+    arr.resize(6, 6)  # finishes the clean-up
+    arr.resize(*SHAPE)
+    expected = np.full(SHAPE, -1, dtype="int32")
+    expected[:6, :6] = generation(0)[:6, :6]
+    np.testing.assert_array_equal(zarrx.open_array(inner, "x")[...], expected)
 
 
 def test_failed_consolidation_leaves_the_group_openable(inner):
@@ -381,14 +391,13 @@ def test_chunk_writes_are_idempotent(inner):
     assert {key: inner.get(key) for key in inner.list_prefix("")} == first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ArrayHandle.__getstate__ refuses to pickle write tasks only when the store *is* a MemoryStore; "
-    "a wrapper of one (FaultyStore, MetricsStore) is pickled, and the workers' writes are lost "
-    "(fix requested in zarrx/dask.py: check store.process_local)",
+@pytest.mark.parametrize(
+    "make_store",
+    [lambda: FaultyStore(MemoryStore()), lambda: MetricsStore(MemoryStore()), lambda: f"memory://{uuid.uuid4().hex}"],
+    ids=["faulty-memory", "metrics-memory", "fsspec-memory"],
 )
-def test_writes_through_a_wrapped_memory_store_refuse_to_leave_the_process():
+def test_writes_to_an_in_memory_store_refuse_to_leave_the_process(make_store):
     x = da.ones((4, 4), chunks=(2, 2), dtype="int8")
-    delayed = zarrx.to_zarr(x, FaultyStore(MemoryStore()), compute=False)
+    delayed = zarrx.to_zarr(x, make_store(), compute=False)
     with pytest.raises(ZarrxError, match="in-memory store"):
         pickle.dumps(dict(delayed.dask))

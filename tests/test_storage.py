@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -397,6 +399,13 @@ class TestFsspecMemoryStore(StoreSuite):
 
     def open_store(self, location, read_only=False):
         return FsspecStore.from_url(location, read_only=read_only)
+
+    def test_unpickled_in_another_process_it_refuses_to_work(self, hierarchy):
+        # there the memory file system is empty: reads would silently give fill values
+        script = "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"
+        run = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(hierarchy), capture_output=True)
+        assert run.returncode != 0
+        assert "StoreError: cannot use the in-memory store memory://" in run.stderr.decode()
 
 
 class TestFsspecLocalStore(StoreSuite):

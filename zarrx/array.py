@@ -17,7 +17,7 @@ import numpy as np
 
 from zarrx.chunk_io import ChunkLayout, as_array_of, is_all_fill, read_selection, write_selection
 from zarrx.codecs import ShardingCodec, TransposeCodec
-from zarrx.errors import MetadataError, SelectionError
+from zarrx.errors import MetadataError, SelectionError, ZarrxError
 from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 from zarrx.metadata.chunk_grid import parse_shape
 from zarrx.metadata.node import ArrayMetadata
@@ -251,7 +251,12 @@ class Array(Node[ArrayMetadata]):
     def resize(self, *shape: Any) -> None:
         """Change the shape. Chunks wholly outside the new shape are deleted, and the part of a
         boundary chunk past the new edge is reset to the fill value, so growing the array later
-        shows fill values there, never stale data."""
+        shows fill values there, never stale data.
+
+        The new shape is written first and the chunks cleaned up after, so a failed metadata write
+        leaves the array as it was, shape and data. If the clean-up fails, the error says so: the
+        array has its new shape, and calling ``resize`` with that shape again finishes the job.
+        """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         new_shape = parse_shape(list(shape), "shape")
@@ -260,24 +265,36 @@ class Array(Node[ArrayMetadata]):
         self._check_writable()
         old = self._metadata
         new = old.evolve(shape=new_shape)
-        if any(n < o for n, o in zip(new_shape, old.shape)):
-            # Shrinking: look only at chunks that exist (one listing, not the whole grid).
-            # Chunks starting past the new edge go -- including stale ones beyond the old
-            # grid that another writer left -- and chunks cut by a shrinking edge are trimmed.
-            # Growing alone touches no chunk, so append stays cheap.
-            chunks = old.chunks
-            to_delete, to_trim = [], []
-            for key, coords in self._stored_chunks():
-                starts = [c * s for c, s in zip(coords, chunks)]
-                if any(start >= length for start, length in zip(starts, new_shape)):
-                    to_delete.append(key)
-                elif any(length < min(start + size, old_length)
-                         for start, size, length, old_length in zip(starts, chunks, new_shape, old.shape)):
-                    to_trim.append(coords)
-            self._trim_chunks(new, to_trim)
-            if to_delete:
-                self._store.delete_many(to_delete)
         self._write_metadata(new)
+        if new_shape == old.shape or any(n < o for n, o in zip(new_shape, old.shape)):
+            # Shrinking (or a repeated resize, to finish a clean-up that failed): look only at chunks
+            # that exist (one listing, not the whole grid). Chunks starting past the new edge go --
+            # including stale ones beyond the old grid that another writer left -- and chunks cut
+            # by a shrinking edge are trimmed. Growing alone touches no chunk, so append stays cheap.
+            try:
+                self._clear_past_edge(new, old.shape)
+            except ZarrxError as error:
+                raise type(error)(
+                    f"{self._path or '/'}: resized to {list(new_shape)}, but clearing the chunks past the new "
+                    f"edge failed; call resize({list(new_shape)}) again to finish ({error})"
+                ) from error
+
+    def _clear_past_edge(self, new: ArrayMetadata, old_shape: tuple[int, ...]) -> None:
+        """Delete the stored chunks past ``new``'s edge and trim those it cuts: along the dimensions
+        that shrank, or along every dimension when the shape did not change (a repeated resize)."""
+        chunks, new_shape = new.chunks, new.shape
+        cut = [n < o or new_shape == old_shape for n, o in zip(new_shape, old_shape)]
+        to_delete, to_trim = [], []
+        for key, coords in self._stored_chunks():
+            starts = [c * s for c, s in zip(coords, chunks)]
+            if any(start >= length for start, length in zip(starts, new_shape)):
+                to_delete.append(key)
+            elif any(dim_cut and start + size > length
+                     for dim_cut, start, size, length in zip(cut, starts, chunks, new_shape)):
+                to_trim.append(coords)
+        self._trim_chunks(new, to_trim)
+        if to_delete:
+            self._store.delete_many(to_delete)
 
     def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> None:
         """Reset to fill value the part of each chunk that lies past the new shape."""

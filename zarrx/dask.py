@@ -51,7 +51,6 @@ from dask.layers import ArrayBlockwiseDep
 from zarrx.array import Array
 from zarrx.errors import ChunkAlignmentError, ReadOnlyError, StoreError, UsageError
 from zarrx.metadata.node import ArrayMetadata
-from zarrx.storage.memory import MemoryStore
 from zarrx.storage.store import Store
 
 __all__ = ["ArrayHandle", "BlockSelections", "array_to_dask", "from_zarr", "to_zarr"]
@@ -78,9 +77,10 @@ class ArrayHandle:
     for_writing: bool = False
 
     def __getstate__(self) -> dict[str, Any]:
-        if self.for_writing and isinstance(self.store, MemoryStore):
-            # Pickling copies a MemoryStore: a worker process would write into its copy and the
-            # data would be lost without a word. Refuse instead (threads never pickle).
+        if self.for_writing and self.store.process_local:
+            # Pickling copies an in-memory store (MemoryStore, memory://, or a wrapper of one): a
+            # worker process would write into its copy and the data would be lost without a word.
+            # Refuse instead (threads never pickle).
             raise StoreError(
                 f"cannot send a write of array {'/' + self.path!r} in an in-memory store to another process "
                 "(the writes would be lost there); use dask's threaded scheduler, or a LocalStore / fsspec URL"

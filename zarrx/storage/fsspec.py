@@ -36,6 +36,7 @@ credentials removed (:func:`~zarrx.storage.remote.redact`).
 from __future__ import annotations
 
 import inspect
+import os
 import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import quote, urlsplit
@@ -186,6 +187,26 @@ class FsspecStore(Store):
         # "<root>/" before every key; the file system's own root ("/" or "") when root is empty.
         self._prefix = self.root + "/" if self.root else fs.root_marker
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
+
+    @property
+    def process_local(self) -> bool:
+        # fsspec's "memory" file system keeps its files in this process (a class-level dict)
+        return "memory" in _protocols(self.fs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pickled_in": os.getpid()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        pickled_in = state.pop("_pickled_in", None)
+        self.__dict__.update(state)
+        if self.process_local and pickled_in != os.getpid():
+            # Here the file system is this process's own, empty one: reads would find nothing
+            # (fill values) and writes would be lost, silently.
+            raise StoreError(
+                f"cannot use the in-memory store memory://{self.root.lstrip('/')} in another process (its "
+                "files live in the one that created it); use dask's threaded scheduler, or a local folder "
+                "or another URL"
+            )
 
     @classmethod
     def from_url(
