@@ -239,6 +239,9 @@ def test_writes_are_refused(draft_store):
         ("meta/root/foo/baz.array.json", {"chunk_memory_layout": "Z"}, UnsupportedExtensionError, "chunk_memory_layout"),
         ("meta/root/foo/baz.array.json", {"data_type": "<q9"}, MetadataError, "data_type"),
         ("meta/root/foo/baz.array.json", {"fill_value": "apple"}, MetadataError, "fill_value"),
+        ("meta/root/foo/baz.array.json",  # a chunk of 2**80 elements is refused before anything allocates
+         {"shape": [2**40, 2**40], "chunk_grid": {"type": "regular", "chunk_shape": [2**40, 2**40]}},
+         MetadataError, "chunk_grid"),
     ],
 )
 def test_bad_draft_metadata_names_key_and_field(draft_store, key, change, error, fragment):

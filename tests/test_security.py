@@ -380,11 +380,6 @@ def test_reading_all_of_an_array_of_countless_chunks_is_refused_with_a_zarrx_err
     assert child.returncode == 0, child.stdout + child.stderr[-1000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="v2 metadata (ArrayMetadataV2.__post_init__) does not check the chunk size "
-    "(fix requested in metadata/v2.py: call zarrx.codecs.pipeline.check_chunk_size(self.chunk_spec))",
-)
 def test_v2_metadata_asking_for_absurd_memory_is_refused_before_allocating():
     document = {"zarr_format": 2, "shape": [2**40, 2**40], "chunks": [2**40, 2**40], "dtype": "<i4",
                 "fill_value": 0, "order": "C", "filters": None, "compressor": None}  # fmt: skip

@@ -677,3 +677,17 @@ def test_object_dtype_needs_an_object_codec_and_read_only_stores_refuse_writes()
     zarrx.create_array(store, shape=(2,), dtype="<i2", zarr_format=2)
     with pytest.raises(ReadOnlyError):
         zarrx.open_array(MemoryStore(store, read_only=True), mode="r")[0] = 1
+
+
+@pytest.mark.parametrize("root_format, child_format", [(3, 2), (2, 3)])
+def test_a_hierarchy_keeps_one_format(root_format, child_format):
+    from zarrx.errors import UsageError
+
+    store = MemoryStore()
+    zarrx.create_group(store, zarr_format=root_format)
+    before = dict(store._data)
+    with pytest.raises(UsageError, match=rf"Zarr v{child_format} node at 'a/x': '/' is a Zarr v{root_format} node"):
+        zarrx.create_array(store, "a/x", shape=(2,), dtype="int8", zarr_format=child_format)
+    assert dict(store._data) == before  # nothing written
+    zarrx.create_array(store, "a/x", shape=(2,), dtype="int8", zarr_format=root_format)
+    assert zarrx.open_group(store)["a/x"].metadata.zarr_format == root_format

@@ -316,12 +316,6 @@ def test_report_is_printable_and_bounded():
     assert "... and 30 more" in text and "a/c/49" not in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="create_array(zarr_format=2) accepts zero-size dtypes ('str', 'U', 'S'): the writes succeed but the "
-    "chunks can never be read back (verify reports every one corrupt); fix requested in creation.py "
-    "(_v2_data_type): refuse them as Zarr v3 does, or store 'str' as vlen-utf8 as zarr-python does",
-)
 @pytest.mark.parametrize("dtype, value", [("str", "abc"), ("U", "abc"), ("S", b"abc")])
 def test_v2_arrays_of_zero_size_dtypes_are_refused_or_read_back(dtype, value):
     from zarrx.errors import MetadataError

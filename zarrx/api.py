@@ -93,11 +93,12 @@ def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> None:
 
 def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
     keys = [join_key(parent, ZARR_JSON) for parent in parents]
-    documents = store.get_many(keys)
+    documents = store.get_many([*keys, *(join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP))])
     missing = {}
     for parent, key in zip(parents, keys):
         raw = documents.get(key)
         if raw is None:
+            _refuse_other_format(documents, parent, path, found=2, wanted=3)
             missing[key] = GroupMetadata().to_bytes()
             continue
         if not parent and is_draft_entry_point(decode_json(raw, key)):
@@ -108,8 +109,8 @@ def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str
 
 
 def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
-    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP)]
-    documents = store.get_many([*keys, ZARR_JSON])
+    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP, ZARR_JSON)]
+    documents = store.get_many(keys)
     root = documents.get(ZARR_JSON)
     if root is not None and is_draft_entry_point(decode_json(root, ZARR_JSON)):
         raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
@@ -118,8 +119,21 @@ def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str
         if documents.get(join_key(parent, ZARRAY)) is not None:
             raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
         if documents.get(join_key(parent, ZGROUP)) is None:
+            _refuse_other_format(documents, parent, path, found=3, wanted=2)
             missing.update({join_key(parent, name): data for name, data in GroupMetadataV2().documents().items()})
     return missing
+
+
+def _refuse_other_format(documents: dict[str, bytes | None], parent: str, path: str, found: int, wanted: int) -> None:
+    """A parent stored only in the other format: adding this format's group there would give one
+    node two formats (each reader seeing a different hierarchy), so refuse."""
+    names = (ZARR_JSON,) if found == 3 else (ZARRAY, ZGROUP)
+    if any(documents.get(join_key(parent, name)) is not None for name in names):
+        raise UsageError(
+            f"cannot create a Zarr v{wanted} node at {path!r}: {'/' + parent!r} is a Zarr v{found} node, and a "
+            f"hierarchy keeps one format; create it with zarr_format={found}, or convert the hierarchy first "
+            "(zarrx.convert)"
+        )
 
 
 #: zarr_format -> the documents of the groups missing above a new node

@@ -253,7 +253,8 @@ class Array(Node[ArrayMetadata]):
         boundary chunk past the new edge is reset to the fill value, so growing the array later
         shows fill values there, never stale data.
 
-        The new shape is written first and the chunks cleaned up after, so a failed metadata write
+        The trimmed chunks are prepared first (a chunk that cannot be decoded stops the resize with
+        nothing changed), then the new shape is written, then the chunks: a failed metadata write
         leaves the array as it was, shape and data. If the clean-up fails, the error says so: the
         array has its new shape, and calling ``resize`` with that shape again finishes the job.
         """
@@ -265,39 +266,47 @@ class Array(Node[ArrayMetadata]):
         self._check_writable()
         old = self._metadata
         new = old.evolve(shape=new_shape)
-        self._write_metadata(new)
+        updates: dict[str, bytes] = {}
+        deletes: list[str] = []
         if new_shape == old.shape or any(n < o for n, o in zip(new_shape, old.shape)):
             # Shrinking (or a repeated resize, to finish a clean-up that failed): look only at chunks
             # that exist (one listing, not the whole grid). Chunks starting past the new edge go --
             # including stale ones beyond the old grid that another writer left -- and chunks cut
             # by a shrinking edge are trimmed. Growing alone touches no chunk, so append stays cheap.
-            try:
-                self._clear_past_edge(new, old.shape)
-            except ZarrxError as error:
-                raise type(error)(
-                    f"{self._path or '/'}: resized to {list(new_shape)}, but clearing the chunks past the new "
-                    f"edge failed; call resize({list(new_shape)}) again to finish ({error})"
-                ) from error
+            # The trimmed chunks are made before anything is written: a chunk that cannot be
+            # decoded stops the resize with the array untouched.
+            updates, deletes = self._clear_past_edge(new, old.shape)
+        self._write_metadata(new)
+        try:
+            if updates:
+                self._store.set_many(updates)
+            if deletes:
+                self._store.delete_many(deletes)
+        except ZarrxError as error:
+            raise type(error)(
+                f"{self._path or '/'}: resized to {list(new_shape)}, but clearing the chunks past the new "
+                f"edge failed; call resize({list(new_shape)}) again to finish ({error})"
+            ) from error
 
-    def _clear_past_edge(self, new: ArrayMetadata, old_shape: tuple[int, ...]) -> None:
-        """Delete the stored chunks past ``new``'s edge and trim those it cuts: along the dimensions
-        that shrank, or along every dimension when the shape did not change (a repeated resize)."""
+    def _clear_past_edge(self, new: ArrayMetadata, old_shape: tuple[int, ...]) -> tuple[dict[str, bytes], list[str]]:
+        """The chunks to rewrite (trimmed) and to delete so that nothing is stored past ``new``'s
+        edge: chunks cut by the edge along the dimensions that shrank -- or along every dimension
+        when the shape did not change (a repeated resize) -- and chunks wholly past it."""
         chunks, new_shape = new.chunks, new.shape
         cut = [n < o or new_shape == old_shape for n, o in zip(new_shape, old_shape)]
-        to_delete, to_trim = [], []
+        deletes, to_trim = [], []
         for key, coords in self._stored_chunks():
             starts = [c * s for c, s in zip(coords, chunks)]
             if any(start >= length for start, length in zip(starts, new_shape)):
-                to_delete.append(key)
+                deletes.append(key)
             elif any(dim_cut and start + size > length
                      for dim_cut, start, size, length in zip(cut, starts, chunks, new_shape)):
                 to_trim.append(coords)
-        self._trim_chunks(new, to_trim)
-        if to_delete:
-            self._store.delete_many(to_delete)
+        updates, fill_deletes = self._trim_chunks(new, to_trim)
+        return updates, deletes + fill_deletes
 
-    def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> None:
-        """Reset to fill value the part of each chunk that lies past the new shape."""
+    def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> tuple[dict[str, bytes], list[str]]:
+        """Each chunk reset to fill value past the new shape: ``(encoded chunks, keys of chunks now all fill)``."""
         layout = ChunkLayout(self._store, self._path, new)
         keys = [layout.chunk_key(coords) for coords in chunk_coords]
         stored = self._store.get_many(keys)
@@ -314,10 +323,7 @@ class Array(Node[ArrayMetadata]):
                 deletes.append(key)
             else:
                 updates[key] = layout.pipeline.encode(trimmed, layout.spec)
-        if updates:
-            self._store.set_many(updates)
-        if deletes:
-            self._store.delete_many(deletes)
+        return updates, deletes
 
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
         """Grow along ``axis`` and write ``data`` into the new part; returns the new shape."""

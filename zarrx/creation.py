@@ -172,8 +172,8 @@ def _v2_data_type(dtype: Any) -> tuple[DataType, Any]:
         data_type = resolve_data_type(dtype)
     except MetadataError:
         given = _numpy_dtype(dtype)
-        if given is None or given.kind not in "biufcmMSUV":
-            raise
+        if given is None or given.kind not in "biufcmMSUV" or given.itemsize == 0:
+            raise  # zero-size strings ('U', 'S', 'str') could store nothing: refused as in v3
         # NumPy types without a v3 equivalent (structured types with subarray fields) are v2 types
         return v2_data_type(given, None), given
     stored, _ = v2_dtype_for(data_type)

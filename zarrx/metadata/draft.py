@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
-from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.pipeline import CodecPipeline, check_chunk_size
 from zarrx.codecs.v2 import V2Codec, check_codec_config, object_codec_id
 from zarrx.dtypes.base import DataType
 from zarrx.dtypes.numeric import float_from_json
@@ -237,6 +237,9 @@ class DraftArrayMetadata:
     node_type: str = "array"
 
     read_only_reason: ClassVar[str] = READ_ONLY_REASON
+
+    def __post_init__(self) -> None:
+        check_chunk_size(self.chunk_spec)  # before anything allocates a chunk
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any], hierarchy: DraftHierarchy, key: str) -> "DraftArrayMetadata":

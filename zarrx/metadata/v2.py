@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
-from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.pipeline import CodecPipeline, check_chunk_size
 from zarrx.codecs.v2 import V2Codec, check_codec_config, object_codec_id
 from zarrx.dtypes.base import DataType
 from zarrx.dtypes.v2 import (
@@ -159,6 +159,7 @@ class ArrayMetadataV2:
                 f"found {list(self.chunks)}"
             )
         self.codecs  # noqa: B018 (checks the filters and compressor)
+        check_chunk_size(self.chunk_spec)  # before anything allocates a chunk
 
     @classmethod
     def from_json(
