@@ -1,8 +1,8 @@
 """engine="zarrx" and ds.zarrx.to_zarr against xarray's own zarr engine, on the same stores.
 
 Every comparison opens one store with both engines and asks ``xr.testing.assert_identical``.
-Stores come from xarray's writer (zarr-python, format 3 and 2) and from zarrx's writer. Zarr v2
-stores are compared only when zarrx can read v2 (the tests say so when they skip).
+Stores come from xarray's writer (zarr-python, format 3 and 2) and from zarrx's writer (format 3
+and 2).
 """
 
 from __future__ import annotations
@@ -128,24 +128,10 @@ def write(ds, path, writer, **kwargs):
     return path
 
 
-def zarrx_reads_v2(path) -> bool:
-    try:
-        zarrx.open_group(path)
-    except (MetadataError, FileNotFoundError):
-        return False
-    return True
-
-
-def skip_unreadable(path, writer):
-    if writer == "zarr2" and not zarrx_reads_v2(path):
-        pytest.skip("zarrx does not read Zarr v2 in this checkout yet (the v2 work has not landed)")
-
-
 @pytest.fixture(scope="module", params=WRITERS)
 def cf_store(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param) / "cf.zarr"
     write(cf_dataset(), str(path), request.param)
-    skip_unreadable(str(path), request.param)
     return request.param, str(path)
 
 
@@ -242,13 +228,6 @@ def test_datasets_move_between_engines_and_writers(tmp_path):
 def test_zarrx_writes_zarr_v2_readable_by_xarray(tmp_path):
     ds = cf_dataset()
     path = str(tmp_path / "v2.zarr")
-    try:
-        probe = zarrx.create_array({}, shape=(1,), dtype="int8", zarr_format=2)
-    except MetadataError as error:
-        pytest.skip(f"zarrx does not write Zarr v2 in this checkout yet ({error})")
-    if probe.fill_value is not None:
-        # xarray's v2 rule: no _FillValue means a null Zarr fill_value, else every 0 reads as missing
-        pytest.skip("zarrx's create_array cannot write a v2 null fill_value yet")
     ds.zarrx.to_zarr(path, mode="w", zarr_format=2)
     theirs = write(ds, str(tmp_path / "zarr2.zarr"), "zarr2")
     xr.testing.assert_identical(xr.open_dataset(path, engine="zarr"), xr.open_dataset(theirs, engine="zarr"))
@@ -272,8 +251,6 @@ def test_fill_value_as_mask_follows_xarrays_rules(tmp_path, fmt, use_mask):
     floats = group.create_array("floats", shape=(4,), dtype="float32", fill_value=0.0, attributes=attributes,
                                 **({"dimension_names": ["x"]} if fmt == 3 else {}))
     floats[:] = [0.0, 1.0, np.nan, 2.0]
-    if fmt == 2 and not zarrx_reads_v2(path):
-        pytest.skip("zarrx does not read Zarr v2 in this checkout yet")
     store = ZarrStore.open_group(path, mode="r", use_zarr_fill_value_as_mask=use_mask)
     expected = StoreBackendEntrypoint().open_dataset(store)
     actual = xr.open_dataset(path, engine="zarrx", use_zarr_fill_value_as_mask=use_mask)
@@ -450,7 +427,6 @@ def test_open_datatree_and_groups_match_engine_zarr(tmp_path, writer):
         tree.zarrx.to_zarr(path)
     else:
         tree.to_zarr(path, zarr_format=int(writer[-1]))
-    skip_unreadable(path, writer)
     expected = xr.open_datatree(path, engine="zarr")
     xr.testing.assert_identical(xr.open_datatree(path, engine="zarrx"), expected)
     xr.testing.assert_identical(xr.open_datatree(path, engine="zarrx", chunks={}), expected)

@@ -230,7 +230,7 @@ class FsspecStore(Store):
         secrets = secret_values(storage_options) + _url_passwords(url)
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
-        except (ImportError, ValueError, TypeError) as error:
+        except Exception as error:  # noqa: BLE001 (any back end's failure, credentials removed)
             raise StoreError(redact(f"cannot open {url!r}: {type(error).__name__}: {error}", secrets)) from None
         return cls(fs, root, read_only=read_only, max_concurrency=remote.max_concurrency, secrets=secrets)
 
