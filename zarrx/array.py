@@ -247,6 +247,20 @@ class Array(Node[ArrayMetadata]):
 
         return array_to_dask(self, chunks)
 
+    def explain(self, selection: Any = Ellipsis, *, indexing: str = "auto", read_index: bool = True) -> Any:
+        """The store requests ``self[selection]`` would make, without reading any chunk; see
+        :func:`zarrx.explain.explain`.
+
+        >>> import zarrx
+        >>> array = zarrx.create_array({}, shape=(8,), chunks=(4,), dtype="u1")
+        >>> array[:] = 1
+        >>> [request.key for request in array.explain(slice(0, 5)).requests]
+        ['c/0', 'c/1']
+        """
+        from zarrx.explain import explain
+
+        return explain(self, selection, indexing=indexing, read_index=read_index)
+
     # -- metadata changes ------------------------------------------------------------------
     def resize(self, *shape: Any) -> None:
         """Change the shape. Chunks wholly outside the new shape are deleted, and the part of a
