@@ -840,19 +840,46 @@ def check_refused_and_untouched(store, tmp_path, call, component):
     assert after == before, "a refused operation changed the store or wrote outside it"
 
 
-@pytest.mark.parametrize("operation", PATH_OPERATIONS)
-@pytest.mark.parametrize("name", HOSTILE_NAMES)
+#: names the spec reserves ('__' prefix): other writers made such nodes (xarray's
+#: "__xarray_dataarray_variable__"), so they are read, looked up and deleted, but never created
+RESERVED_NAMES = ("__zarr", "a/__meta")
+READING_OPERATIONS = ("open-r", "consolidate", "group[name]", "group.get", "del group[name]")
+
+
+def refused_cases(names, operations):
+    return [(name, operation) for name in names for operation in operations
+            if not (name in RESERVED_NAMES and operation in READING_OPERATIONS)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, operation", refused_cases(HOSTILE_NAMES, PATH_OPERATIONS))
 def test_hostile_path_is_refused(store, tmp_path, name, operation):
     populated(store)
     check_refused_and_untouched(store, tmp_path, lambda: PATH_OPERATIONS[operation](store, name), HOSTILE_NAMES[name])
 
 
-@pytest.mark.parametrize("operation", CHILD_OPERATIONS)
-@pytest.mark.parametrize("name", HOSTILE_CHILD_NAMES)
+@pytest.mark.parametrize("name, operation", refused_cases(HOSTILE_CHILD_NAMES, CHILD_OPERATIONS))
 def test_hostile_child_name_is_refused(store, tmp_path, name, operation):
     sub = populated(store)
     call = lambda: CHILD_OPERATIONS[operation](sub, name)  # noqa: E731
     check_refused_and_untouched(store, tmp_path, call, HOSTILE_CHILD_NAMES[name])
+
+
+@pytest.mark.parametrize("name", RESERVED_NAMES)
+def test_reserved_names_are_read_but_never_created(store, name):
+    sub = populated(store)
+    with pytest.raises(NodeNotFoundError):
+        sub[name]
+    assert sub.get(name) is None
+    with pytest.raises(NodeNotFoundError):
+        zarrx.open(store, path=name)
+    # a node another writer made under such a name is found, listed and deleted
+    parts = name.split("/")
+    for depth in range(1, len(parts) + 1):
+        store.set(f"sub/{'/'.join(parts[:depth])}/zarr.json", json.dumps(GROUP_DOCUMENT).encode())
+    assert sub[name].path == f"sub/{name}"
+    assert parts[-1] in list(zarrx.open_group(store, "/".join(["sub", *parts[:-1]])))
+    del sub[name]
+    assert sub.get(name) is None
 
 
 @pytest.mark.parametrize("name", [None, 3, b"..", ("a",), ["a", ".."]], ids=repr)
@@ -862,7 +889,7 @@ def test_name_that_is_not_a_string_is_refused(store, tmp_path, name):
         check_refused_and_untouched(store, tmp_path, call, name)
 
 
-@pytest.mark.parametrize("name", ["..", "../x", "a/../../b", "", "zarr.json", "__zarr", "a\\b"])
+@pytest.mark.parametrize("name", ["..", "../x", "a/../../b", "", "zarr.json", "a\\b"])
 def test_hostile_name_inside_consolidated_metadata(store, name):
     """Consolidated metadata names children by path: a hostile one is refused (or, when it is
     no direct child, ignored) and never turns into a store key."""

@@ -23,7 +23,7 @@ import zarr
 
 import zarrx
 import zarrx.xarray  # registers the .zarrx accessors
-from zarrx.errors import ChunkAlignmentError, ContainsGroupError, MetadataError, UsageError
+from zarrx.errors import ChunkAlignmentError, ContainsGroupError, InvalidPathError, MetadataError, UsageError
 from zarrx.storage import LocalStore
 from zarrx.xarray import MissingDimensionsError, ZarrxBackendEntrypoint
 
@@ -693,3 +693,15 @@ def test_importing_zarrx_does_not_import_xarray():
     code = "import xarray as xr; xr.open_dataset; import zarrx.xarray; print(hasattr(xr.Dataset, 'zarrx'))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_an_unnamed_dataarray_written_by_xarray_opens(tmp_path, fmt, consolidated):
+    # xarray stores it as "__xarray_dataarray_variable__", a name the spec reserves: read, never created
+    path = str(tmp_path / "da.zarr")
+    xr.DataArray(np.arange(6.0), dims="x", attrs={"units": "K"}).to_zarr(path, zarr_format=fmt, consolidated=consolidated)
+    assert list(zarrx.open_group(path)) == ["__xarray_dataarray_variable__"]
+    xr.testing.assert_identical(xr.open_dataarray(path, engine="zarrx"), xr.open_dataarray(path, engine="zarr"))
+    with pytest.raises(InvalidPathError, match="starts with '__'"):
+        zarrx.open_group(path, mode="a").create_array("__mine", shape=(1,), dtype="int8")

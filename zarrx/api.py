@@ -188,7 +188,7 @@ def open(
     _check_mode(mode)
     _check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
-    path = normalize_path(path)
+    path = normalize_path(path, allow_reserved=True)
     if mode in ("w", "w-"):
         return open_group(zstore, path, mode=mode, zarr_format=zarr_format)
     metadata = _read_metadata(zstore, path, zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
@@ -244,7 +244,7 @@ def open_group(
     _check_mode(mode)
     _check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
-    path = normalize_path(path)
+    path = normalize_path(path, allow_reserved=True)
     create_format = 3 if zarr_format is None else zarr_format
     if mode in ("w", "w-"):
         return create_group(zstore, path, attributes=attributes, overwrite=mode == "w", zarr_format=create_format)
@@ -281,7 +281,7 @@ def open_array(
     _check_mode(mode)
     _check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
-    path = normalize_path(path)
+    path = normalize_path(path, allow_reserved=True)
     if zarr_format is not None:
         create_kwargs["zarr_format"] = zarr_format
     if mode in ("w", "w-"):
@@ -421,7 +421,7 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     True
     """
     zstore = make_store(store, mode="r+", storage_options=storage_options)
-    path = normalize_path(path)
+    path = normalize_path(path, allow_reserved=True)
     group = open_group(zstore, path, mode="r+")
     group._check_writable()
     members = dict(group.members(max_depth=None))

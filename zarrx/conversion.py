@@ -349,7 +349,7 @@ def convert(
             f"dst is the source store itself ({target_store!r}); convert into a new location "
             "(or use migrate_v2_to_v3 to add v3 metadata in place)"
         )
-    source = open_node(source_store, normalize_path(path), mode="r")
+    source = open_node(source_store, normalize_path(path, allow_reserved=True), mode="r")
     arrays: list[tuple[str, Array]] = []
     groups: list[tuple[str, Group]] = []
     if isinstance(source, Array):

@@ -81,7 +81,7 @@ class Group(Node[GroupMetadata]):
                 f"child names are relative to group {self.name!r}; found the absolute name {name!r} "
                 "(open the root group to address nodes from the root)"
             )
-        relative = normalize_path(name)
+        relative = normalize_path(name, allow_reserved=True)  # creating one is refused later
         if not relative:
             raise InvalidPathError(f"a child of group {self.name!r} needs a non-empty name, found {name!r}")
         return f"{self._path}/{relative}" if self._path else relative

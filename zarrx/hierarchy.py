@@ -39,7 +39,7 @@ from zarrx.metadata.draft import (
 )
 from zarrx.metadata.node import decode_json, parse_node_metadata
 from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, parse_v2_node
-from zarrx.storage.paths import join_key, validate_node_name
+from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
 
 __all__ = ["read_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
@@ -50,11 +50,12 @@ _FORMATS = (None, 2, 3)
 
 
 def _is_node_name(name: str) -> bool:
+    """Whether a listed name can be a child: names other writers use are read (xarray's
+    ``__xarray_dataarray_variable__``), but not folders such as '.' or '..' or with a backslash."""
     try:
-        validate_node_name(name)
+        return normalize_path(name, allow_reserved=True) == name
     except InvalidPathError:
         return False
-    return True
 
 
 class NodeLayout:
@@ -88,7 +89,7 @@ class V3Layout(NodeLayout):
 
     def list_children(self, store: Store, path: str) -> dict[str, Any]:
         prefix = join_key(path, "")
-        # folders whose names are not node names (stray files, '__zarr…') are not children
+        # names that cannot be nodes are not children, nor folders without a zarr.json
         names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and _is_node_name(name))
         keys = {name: join_key(path, f"{name}/{ZARR_JSON}") for name in names}
         documents = store.get_many(list(keys.values()))
@@ -211,8 +212,14 @@ def read_node(store: Store, path: str, *, zarr_format: int | None = None, consol
     key = join_key(path, ZARR_JSON)
     raw = store.get(key)
     if raw is not None:
-        if path or not _is_draft(raw):
+        if path:
             return parse_node_metadata(raw, key)
+        try:  # decoded once: a consolidated root document can be large
+            document = decode_json(raw, key)
+        except MetadataError:
+            return parse_node_metadata(raw, key)  # reports what is wrong with it
+        if not is_draft_entry_point(document):
+            return parse_node_metadata(document, key)
         if zarr_format == 3:
             raise MetadataError(
                 f"{ZARR_JSON}: the hierarchy is stored in the 2022 draft layout of Zarr v3, not in Zarr "

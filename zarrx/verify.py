@@ -432,10 +432,10 @@ def verify(
     """
     started = time.perf_counter()
     if isinstance(store, Node):  # an open Array or Group
-        path = join_key(store.path, normalize_path(path)).strip("/")
+        path = join_key(store.path, normalize_path(path, allow_reserved=True)).strip("/")
         store = store.store
     zstore = make_store(store, mode="r", storage_options=storage_options)
-    path = normalize_path(path)
+    path = normalize_path(path, allow_reserved=True)
     report = VerifyReport(store=repr(zstore), path=path)
     try:
         root = read_node(zstore, path)

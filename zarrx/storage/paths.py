@@ -68,9 +68,11 @@ _KEY_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
 )
 
 
-def _node_name_problem(name: str) -> str | None:
+def _node_name_problem(name: str, allow_reserved: bool = False) -> str | None:
     """What is wrong with ``name`` as a node name (with a hint), or None when it is valid."""
     for test, problem, hint in _NODE_NAME_RULES:
+        if allow_reserved and problem.startswith("starts with '__'"):
+            continue
         if test(name):
             suggestion = name.lstrip("_") or "node"
             return f"component {name!r} {problem}; {hint.format(suggestion=suggestion)}"
@@ -102,13 +104,15 @@ def validate_node_name(name: str) -> str:
     return name
 
 
-def normalize_path(path: str) -> str:
+def normalize_path(path: str, allow_reserved: bool = False) -> str:
     """The canonical form of a node path: names joined by '/', no leading or trailing '/'.
 
     Leading and trailing slashes are dropped (``"/a/b/"`` is ``"a/b"``, ``"/"``
     and ``""`` are the root ``""``); every name must pass
     :func:`validate_node_name`, so an empty name inside (``"a//b"``) is an error
-    rather than silently merged.
+    rather than silently merged. ``allow_reserved`` lets names start with the
+    reserved ``__``: other writers made such nodes (xarray's
+    ``__xarray_dataarray_variable__``), and zarrx reads them, but never creates one.
 
     Examples
     --------
@@ -116,6 +120,8 @@ def normalize_path(path: str) -> str:
     'a/b'
     >>> normalize_path("")
     ''
+    >>> normalize_path("__xarray_dataarray_variable__", allow_reserved=True)
+    '__xarray_dataarray_variable__'
     >>> normalize_path("a/../b")
     Traceback (most recent call last):
     ...
@@ -127,7 +133,7 @@ def normalize_path(path: str) -> str:
     if not stripped:
         return ""
     for name in stripped.split("/"):
-        problem = _node_name_problem(name)
+        problem = _node_name_problem(name, allow_reserved)
         if problem is not None:
             raise InvalidPathError(f"invalid node path {path!r}: {problem}")
     return stripped
