@@ -35,33 +35,19 @@ mode is ``a`` with ``append_dim``, ``r+`` with ``region``, else ``w-``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dask
-import numpy as np
-import pandas as pd
-from xarray import coding, conventions
-from xarray.backends.zarr import (
-    FillValueCoder,
-    encode_zarr_attr_value,
-    encode_zarr_variable,
-    extract_zarr_variable_encoding,
-)
 from xarray.core.dataarray import DataArray
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
-from xarray.core.variable import Variable
-from xarray.namedarray.pycompat import is_chunked_array
 
 import zarrx
-from zarrx.array import Array
-from zarrx.codecs import Codec
-from zarrx.errors import ChunkAlignmentError, NodeNotFoundError, UsageError
+from zarrx.errors import NodeNotFoundError, UsageError
 from zarrx.group import Group
 from zarrx.storage import make_store
 from zarrx.storage.store import Store
-from zarrx.xarray.backend import DIMENSION_KEY, ZarrxDataStore
+from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
 
 __all__ = ["MODES", "to_zarr", "dataarray_to_zarr", "datatree_to_zarr"]
 
@@ -71,22 +57,6 @@ MODES = ("w", "w-", "a", "a-", "r+")
 #: this name and keeps the DataArray's name (None too) in the attribute xarray's open_dataarray reads
 DATAARRAY_VARIABLE = "xarray_dataarray_variable"
 DATAARRAY_NAME = "__xarray_dataarray_name__"
-#: v2 object codecs: in v3 the serializer handles strings, so they are dropped from filters
-OBJECT_CODECS = {"vlen-utf8", "vlen-bytes", "vlen-array"}
-#: numcodecs compressors written as the v3 codec of the same algorithm: id -> (name, configuration)
-V3_EQUIVALENTS = {
-    "zstd": lambda c: ("zstd", {"level": c.get("level", 0), "checksum": c.get("checksum", False)}),
-    "gzip": lambda c: ("gzip", {"level": c.get("level", 1)}),
-    "blosc": lambda c: (
-        "blosc",
-        {
-            "cname": c.get("cname", "lz4"),
-            "clevel": c.get("clevel", 5),
-            "shuffle": {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "shuffle"}[c.get("shuffle", 1)],
-            "blocksize": c.get("blocksize", 0),
-        },
-    ),
-}
 
 
 def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> str:
@@ -100,23 +70,6 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     if region is not None and mode not in ("a", "a-", "r+"):
         raise UsageError(f"region needs mode 'a', 'a-' or 'r+' (or None), found mode={mode!r}")
     return mode
-
-
-@dataclass
-class _Options:
-    """What one call to ``to_zarr`` asks for, shared by every group it writes."""
-
-    mode: str
-    append_dim: Hashable | None
-    safe_chunks: bool
-    align_chunks: bool
-    write_empty_chunks: bool | None
-    #: the data writes of dask-backed variables, computed together at the end
-    writes: list[Any] = field(default_factory=list)
-
-    @property
-    def align(self) -> str:
-        return "rechunk" if self.align_chunks or not self.safe_chunks else "error"
 
 
 # -- public functions ------------------------------------------------------------------------------
@@ -185,10 +138,10 @@ def to_zarr(
     (('x',), array([0., 1., 2., 3.]))
     """
     mode = choose_mode(mode, append_dim, region)
-    options = _Options(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     target = _open_target(zstore, group, mode, zarr_format)
-    _GroupWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
+    DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
     _consolidate(zstore, consolidated, mode)
     return _finish(target, options, compute)
 
@@ -245,7 +198,7 @@ def datatree_to_zarr(
     unknown = set(encoding) - set(tree.groups)
     if unknown:
         raise UsageError(f"encoding: {sorted(unknown)} are not groups of the tree (its groups: {list(tree.groups)})")
-    options = _Options(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     root = _open_target(zstore, group, mode, zarr_format)
     for relative, node in tree.subtree_with_keys:
@@ -255,7 +208,7 @@ def datatree_to_zarr(
         # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
         # only its new variables
         node_append_dim = append_dim if append_dim in dataset.dims else None
-        writer = _GroupWriter(target, options, append_dim=node_append_dim)
+        writer = DatasetWriter(target, options, append_dim=node_append_dim)
         writer.write(dataset, region=region, encoding=encoding.get(node.path))
     _consolidate(zstore, consolidated, mode)
     return _finish(root, options, compute)
@@ -290,7 +243,7 @@ def _consolidate(store: Store, consolidated: bool | None, mode: str) -> None:
     zarrx.consolidate_metadata(store, "")
 
 
-def _finish(group: Group, options: _Options, compute: bool) -> Group | Any:
+def _finish(group: Group, options: WriteOptions, compute: bool) -> Group | Any:
     if not compute:
         return dask.delayed(_written, pure=False)(options.writes)
     if options.writes:
@@ -300,348 +253,3 @@ def _finish(group: Group, options: _Options, compute: bool) -> Group | Any:
 
 def _written(writes: list[Any]) -> None:
     return None
-
-
-# -- one group -------------------------------------------------------------------------------------
-class _GroupWriter:
-    """Writes one Dataset into one (writable) group; the steps of xarray's ``ZarrStore.store``."""
-
-    def __init__(self, group: Group, options: _Options, *, append_dim: Hashable | None) -> None:
-        self.group = group
-        self.options = options
-        self.mode = options.mode
-        self.append_dim = append_dim
-        # the fill value rules xarray applies when writing: the Zarr fill_value is the CF mask in v2
-        self.reader = ZarrxDataStore(group)
-        self.zarr_format = self.reader.zarr_format
-        self.existing: dict[str, Array] = {} if self.mode == "w" else self.reader.arrays
-        self.region: dict[Hashable, slice] | None = None
-
-    # -- checks ---------------------------------------------------------------------------------
-    def _prepare_region(self, dataset: Dataset, region: Any) -> Dataset:
-        if region is None:
-            return dataset
-        if region == "auto":
-            region = dict.fromkeys(dataset.dims, "auto")
-        if not isinstance(region, Mapping):
-            raise UsageError(f"region: expected a dict of slices (or 'auto'), found {type(region).__name__}")
-        region = dict(region)
-        if any(isinstance(value, str) and value == "auto" for value in region.values()):
-            if self.mode not in ("r+", "a"):
-                raise UsageError(f"region='auto' needs mode 'r+' or 'a', found mode={self.mode!r}")
-            region = self._auto_region(dataset, region)
-        for dim, value in region.items():
-            if dim not in dataset.dims:
-                raise UsageError(
-                    f"region: {dim!r} is not a dimension of the dataset (dimensions: {list(dataset.dims)})"
-                )
-            if not isinstance(value, slice):
-                raise UsageError(f"region: expected a slice for dimension {dim!r}, found {value!r}")
-            if value.step not in (1, None):
-                raise UsageError(f"region: slices need step 1, found {value!r} for dimension {dim!r}")
-        unrelated = [name for name, var in dataset.variables.items() if not set(region).intersection(var.dims)]
-        if region and unrelated:
-            raise UsageError(
-                f"region: every variable written must have one of the region's dimensions {list(region)}; "
-                f"drop the others first with .drop_vars({unrelated!r})"
-            )
-        if self.append_dim is not None and self.append_dim in region:
-            raise UsageError(f"append_dim={self.append_dim!r} cannot also be a region dimension")
-        self.region = region
-        # a region write never touches indexes (they would have to be the stored ones anyway)
-        return dataset.drop_vars(dataset.indexes)
-
-    def _auto_region(self, dataset: Dataset, region: dict[Hashable, Any]) -> dict[Hashable, slice]:
-        for dim, value in region.items():
-            if not (isinstance(value, str) and value == "auto"):
-                continue
-            if dim not in dataset._variables:
-                region[dim] = slice(0, dataset.sizes[dim])  # a dimension without coordinate
-                continue
-            if dim not in self.existing:
-                raise UsageError(f"region='auto': the store has no coordinate {dim!r} to find the region from")
-            stored = conventions.decode_cf_variable(dim, self.reader.open_store_variable(dim).compute())
-            positions = pd.Index(stored.data).get_indexer(dataset[dim].data)
-            if (positions == -1).any():
-                raise UsageError(
-                    f"region='auto': not all values of coordinate {dim!r} are in the stored coordinate; "
-                    "a region write cannot add coordinate values (use append_dim to grow)"
-                )
-            if (np.diff(positions) != 1).any():
-                raise UsageError(
-                    f"region='auto': the values of coordinate {dim!r} are not one contiguous, increasing run "
-                    "of the stored coordinate"
-                )
-            region[dim] = slice(int(positions[0]), int(positions[-1]) + 1)
-        return region
-
-    def _check_encoding(self, encoding: Mapping[Hashable, Any]) -> None:
-        if encoding and self.mode in ("a", "a-", "r+"):
-            given = [name for name in encoding if name in self.existing]
-            if given:
-                raise UsageError(
-                    f"encoding: variables {given} already exist in {self.group.name!r}; their stored encoding "
-                    "is used, so pass no encoding for them"
-                )
-
-    # -- the write ------------------------------------------------------------------------------
-    def write(self, dataset: Dataset, *, region: Any = None, encoding: Mapping[Hashable, Any] | None = None) -> None:
-        _check_names(dataset)
-        dataset = self._prepare_region(dataset, region)
-        encoding = dict(encoding or {})
-        self._check_encoding(encoding)
-        variables, attributes = conventions.encode_dataset_coordinates(dataset)
-        for name, variable in variables.items():
-            if variable.size == 0:
-                variable.load()  # nothing to write in parallel; dask cannot store zero-size blocks
-        for name, var_encoding in encoding.items():
-            if name not in variables:
-                raise UsageError(f"encoding: {name!r} is not a variable of the dataset ({list(variables)})")
-            variables[name].encoding = dict(var_encoding)
-        self._store(variables, attributes, check_encoding=set(encoding))
-
-    def _store(self, variables: dict[Hashable, Variable], attributes: dict, check_encoding: set) -> None:
-        existing_names = [name for name in variables if name in self.existing]
-        new_names = [name for name in variables if name not in self.existing]
-        if self.mode == "r+" and new_names:
-            raise UsageError(
-                f"mode='r+' writes only into existing variables, but {new_names} are not in {self.group.name!r}; "
-                "use mode='a' to add variables"
-            )
-        append_dim = self.append_dim
-        if append_dim is not None and append_dim not in self.existing:
-            dimensions = self.reader.get_dimensions()
-            if append_dim not in dimensions:
-                raise UsageError(
-                    f"append_dim={append_dim!r} is not a dimension of the stored arrays in {self.group.name!r} "
-                    f"(their dimensions: {dimensions})"
-                )
-        encoded = {name: self._encode(variables[name], name) for name in new_names}
-        if existing_names:
-            # Values written into existing arrays are encoded exactly as the stored ones (same
-            # time units, scale, fill value): decode the stored variables to learn their encoding.
-            stored, _, _ = conventions.decode_cf_variables(
-                {name: self.reader.open_store_variable(name) for name in existing_names}, {}
-            )
-            for name in existing_names:
-                _check_append_dtype(name, stored[name], variables[name])
-                variable = variables[name].copy(deep=False)
-                variable.encoding = dict(stored[name].encoding)
-                encoded[name] = _match_stored_dims(
-                    name, self._encode(variable, name), stored[name], self.region, append_dim
-                )
-        if self.mode != "r+":
-            self.group.attrs.put({k: encode_zarr_attr_value(v) for k, v in attributes.items()})
-        # 'a-' appends and adds: existing variables without the append dimension are left as they are
-        leave_alone = self.mode == "a-" and self.options.append_dim is not None
-        for name in variables:  # in the dataset's order
-            if leave_alone and name in self.existing and (append_dim is None or append_dim not in encoded[name].dims):
-                continue
-            self._set_variable(name, encoded[name], name in check_encoding)
-
-    def _encode(self, variable: Variable, name: Hashable) -> Variable:
-        return encode_zarr_variable(variable, name=name, zarr_format=self.zarr_format)
-
-    def _set_variable(self, name: Hashable, variable: Variable, check_encoding: bool) -> None:
-        attrs = dict(variable.attrs)
-        dims = variable.dims
-        if self.zarr_format == 2:
-            fill_value = attrs.pop("_FillValue", None)
-        else:
-            fill_value = variable.encoding.pop("fill_value", None)
-            if fill_value is None and variable.dtype.kind == "f":
-                fill_value = np.nan  # xarray's default for floats (zarr's would be 0)
-            if "_FillValue" in attrs:
-                mask = attrs.pop("_FillValue")
-                if mask is not None:
-                    attrs["_FillValue"] = FillValueCoder.encode(mask, variable.dtype)
-        if variable.encoding.pop("_FillValue", None) is not None:
-            raise UsageError(f"variable {name!r}: _FillValue belongs in attributes or CF encoding, not Zarr encoding")
-        encoding = extract_zarr_variable_encoding(
-            variable, raise_on_invalid=check_encoding, name=name, zarr_format=self.zarr_format
-        )
-        region = dict(self.region or {})
-        append_dim = self.append_dim
-        resized_from = None
-        if name in self.existing:
-            array = self.existing[name]
-            if append_dim is not None and append_dim in dims:
-                axis = dims.index(append_dim)
-                resized_from = array.shape
-                new_shape = list(array.shape)
-                new_shape[axis] += variable.shape[axis]
-                array.resize(tuple(new_shape))
-                region[append_dim] = slice(resized_from[axis], None)
-        else:
-            array = self._create(name, variable, fill_value, encoding, attrs)
-        selection = tuple(region.get(dim, slice(None)) for dim in dims)
-        try:
-            self._write_data(name, variable, array, selection)
-        except ChunkAlignmentError as error:
-            # leave the store as it was: no half-grown array, no new array without data
-            if resized_from is not None:
-                array.resize(resized_from)
-            elif name not in self.existing:
-                del self.group[array.basename]
-            raise ChunkAlignmentError(
-                f"variable {name!r}: {error} (to_zarr's align_chunks=True rechunks onto the grid)"
-            ) from None
-
-    def _create(self, name: Hashable, variable: Variable, fill_value: Any, encoding: dict, attrs: dict) -> Array:
-        dtype: Any = variable.dtype
-        vlen = coding.strings.check_vlen_dtype(dtype)
-        if vlen is str:
-            dtype = str
-        elif vlen is bytes:
-            dtype = bytes
-        attributes = {k: encode_zarr_attr_value(v) for k, v in attrs.items()}
-        kwargs: dict[str, Any] = {
-            "shape": variable.shape,
-            "dtype": dtype,
-            "fill_value": fill_value,
-            "chunks": encoding.get("chunks", "auto"),
-            "shards": encoding.get("shards"),
-        }
-        for key in ("compressors", "filters", "serializer"):
-            if key in encoding:
-                kwargs[key] = _codecs_argument(encoding[key], self.zarr_format, key)
-        if encoding.get("chunk_key_encoding") is not None:
-            kwargs["chunk_key_encoding"] = encoding["chunk_key_encoding"]
-        write_empty = encoding.get("write_empty_chunks")
-        if self.options.write_empty_chunks is not None:
-            if write_empty is not None and write_empty != self.options.write_empty_chunks:
-                raise UsageError(
-                    f"variable {name!r}: encoding write_empty_chunks={write_empty} differs from "
-                    f"write_empty_chunks={self.options.write_empty_chunks}"
-                )
-            write_empty = self.options.write_empty_chunks
-        if self.zarr_format == 2:
-            attributes[DIMENSION_KEY] = list(variable.dims)
-        else:
-            # a 0-d array has no dimension names to store (xarray writes none either)
-            kwargs["dimension_names"] = variable.dims or None
-        return self.group.create_array(
-            str(name),
-            attributes=attributes,
-            overwrite=self.mode == "w",
-            write_empty_chunks=bool(write_empty),
-            **kwargs,
-        )
-
-    def _write_data(self, name: Hashable, variable: Variable, array: Array, selection: tuple[slice, ...]) -> None:
-        if self.options.write_empty_chunks is not None:
-            array.write_empty_chunks = self.options.write_empty_chunks
-        data = variable.data
-        if is_chunked_array(data):
-            if self.mode == "r+" and self.options.safe_chunks and not self.options.align_chunks:
-                _check_region_on_grid(array, selection)
-            self.options.writes.append(
-                zarrx.to_zarr(data, array, region=selection, compute=False, align=self.options.align)
-            )
-            return
-        values = np.asarray(variable.values)
-        if values.size:
-            array[selection or Ellipsis] = values
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-def _check_names(dataset: Dataset) -> None:
-    for name in dataset.variables:
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"variable names must be non-empty strings to be stored in Zarr, found {name!r}")
-
-
-def _check_append_dtype(name: Hashable, stored: Variable, new: Variable) -> None:
-    """Fixed-length strings must keep their length (others could be truncated), as in xarray."""
-    easy = (
-        np.issubdtype(new.dtype, np.number)
-        or np.issubdtype(new.dtype, np.datetime64)
-        or np.issubdtype(new.dtype, np.bool_)
-        or new.dtype.kind in "OT"
-        or (new.dtype.kind in "SU" and stored.dtype.kind in "OT")
-    )
-    if not easy and new.dtype != stored.dtype:
-        raise UsageError(
-            f"variable {name!r} is stored with dtype {stored.dtype}, but the values written have dtype {new.dtype}"
-        )
-
-
-def _match_stored_dims(
-    name: Hashable, new: Variable, stored: Variable, region: Mapping | None, append_dim: Hashable | None
-) -> Variable:
-    """``new`` in the stored dimension order, after checking sizes (all but ``append_dim`` and the region)."""
-    if new.dims != stored.dims:
-        if set(new.dims) != set(stored.dims):
-            raise UsageError(
-                f"variable {name!r} is stored with dimensions {stored.dims}, but has dimensions {new.dims}; "
-                "a write cannot change a variable's dimensions"
-            )
-        new = new.transpose(*stored.dims)
-    expected = {}
-    for dim, size in stored.sizes.items():
-        if region and dim in region:
-            start, stop, _ = region[dim].indices(size)
-            size = stop - start
-        if dim != append_dim:
-            expected[dim] = size
-    found = {dim: size for dim, size in new.sizes.items() if dim != append_dim}
-    if expected != found:
-        raise UsageError(
-            f"variable {name!r} is stored with sizes {expected}, but the values written have sizes {found} "
-            f"(append_dim={append_dim!r}); use region= to write part of it, or append_dim= to grow it"
-        )
-    return new
-
-
-def _check_region_on_grid(array: Array, selection: tuple[slice, ...]) -> None:
-    """In mode r+ other writers may fill the regions beside this one: a dask-backed region must
-    not share a chunk (shard) with them, so it starts and ends on the grid or at the array's end."""
-    unit = array.shards or array.chunks
-    kind = "shard" if array.shards else "chunk"
-    for axis, (item, length, size) in enumerate(zip(selection, array.shape, unit)):
-        start, stop, _ = item.indices(length)
-        if start % size or (stop % size and stop != length):
-            raise ChunkAlignmentError(
-                f"the region {start}:{stop} on axis {axis} does not start and end on the {kind} "
-                f"grid ({kind} length {size}) of {array.name!r}, so a write beside it could rewrite the same "
-                f"{kind}; choose region bounds that are multiples of {size}, or pass safe_chunks=False to "
-                "accept the risk of concurrent region writes"
-            )
-
-
-def _codecs_argument(value: Any, zarr_format: int, key: str) -> Any:
-    """Codecs from an encoding (zarrx codecs, JSON, zarr-python or numcodecs objects) as
-    :func:`zarrx.create_array` takes them."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        codecs = [_codec_argument(codec, zarr_format) for codec in value]
-        if zarr_format == 3 and key == "filters":
-            codecs = [c for c in codecs if not (isinstance(c, Mapping) and c.get("name") in OBJECT_CODECS)]
-        return codecs
-    return _codec_argument(value, zarr_format)
-
-
-def _codec_argument(codec: Any, zarr_format: int) -> Any:
-    if isinstance(codec, Codec):
-        return codec
-    if isinstance(codec, Mapping):
-        if zarr_format == 3 and "id" in codec:  # a numcodecs configuration
-            return _numcodecs_to_v3(dict(codec))
-        return codec
-    if hasattr(codec, "to_dict"):  # a zarr-python v3 codec
-        return codec.to_dict()
-    if hasattr(codec, "get_config"):  # a numcodecs codec
-        config = dict(codec.get_config())
-        return _numcodecs_to_v3(config) if zarr_format == 3 else config
-    return codec
-
-
-def _numcodecs_to_v3(config: dict[str, Any]) -> dict[str, Any]:
-    codec_id = config.pop("id")
-    if codec_id in OBJECT_CODECS:
-        return {"name": codec_id}
-    if codec_id in V3_EQUIVALENTS:
-        name, configuration = V3_EQUIVALENTS[codec_id](config)
-        return {"name": name, "configuration": configuration}
-    return {"name": f"numcodecs.{codec_id}", "configuration": config}
