@@ -31,23 +31,21 @@ raises :class:`~zarrx.errors.ReadOnlyError` (convert it with :func:`zarrx.conver
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from zarrx.codecs.base import ChunkSpec
-from zarrx.codecs.pipeline import CodecPipeline, check_chunk_size
-from zarrx.codecs.v2 import V2Codec, check_codec_config, object_codec_id
+from zarrx.codecs.pipeline import check_chunk_size
+from zarrx.codecs.v2 import check_codec_config, object_codec_id
 from zarrx.dtypes.base import DataType
 from zarrx.dtypes.numeric import float_from_json
 from zarrx.dtypes.v2 import parse_v2_dtype, parse_v2_fill_value, v2_data_type
 from zarrx.errors import MetadataError, ReadOnlyError, UnsupportedExtensionError
-from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_shape
+from zarrx.metadata.chunk_grid import parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, _parse_indices
 from zarrx.metadata.node import _naming, decode_json
+from zarrx.metadata.v2 import V2StyleArray
 
 __all__ = [
     "DRAFT_FORMAT",
@@ -220,7 +218,7 @@ def _draft_filters(attributes: dict[str, Any]) -> tuple[tuple[dict[str, Any], ..
 
 
 @dataclass(frozen=True)
-class DraftArrayMetadata:
+class DraftArrayMetadata(V2StyleArray):
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     stored_dtype: np.dtype
@@ -297,42 +295,6 @@ class DraftArrayMetadata:
 
     def metadata_keys(self, path: str) -> tuple[str, ...]:
         return (self.hierarchy.node_key(path, "array"),)
-
-    @cached_property
-    def data_type(self) -> DataType:
-        return v2_data_type(self.stored_dtype, object_codec_id(self.filters, self.compressor))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data_type.numpy_dtype
-
-    @property
-    def declared_fill_value(self) -> Any:
-        return None if self.fill_value_is_null else self.fill_value
-
-    @cached_property
-    def chunk_grid(self) -> RegularChunkGrid:
-        return RegularChunkGrid(self.chunks)
-
-    @property
-    def grid_shape(self) -> tuple[int, ...]:
-        return self.chunk_grid.grid_shape(self.shape)
-
-    @property
-    def nchunks(self) -> int:
-        return math.prod(self.grid_shape)
-
-    @cached_property
-    def chunk_spec(self) -> ChunkSpec:
-        return ChunkSpec(self.chunks, self.data_type, self.fill_value)
-
-    @cached_property
-    def codecs(self) -> CodecPipeline:
-        return CodecPipeline.from_codecs([V2Codec(self.stored_dtype, self.order, self.filters, self.compressor)])
 
     @property
     def chunk_key_encoding(self) -> DraftChunkKeyEncoding:

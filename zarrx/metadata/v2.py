@@ -135,8 +135,64 @@ def dimension_names_from(attributes: Mapping[str, Any], ndim: int) -> tuple[str,
     return None
 
 
+class V2StyleArray:
+    """What an array described the v2 way -- a NumPy dtype, the C/F order, numcodecs filters and
+    a compressor, a regular grid -- derives from its fields (Zarr v2 and the 2022 draft).
+
+    The class using it has the fields ``shape``, ``chunks``, ``stored_dtype``, ``fill_value``,
+    ``fill_value_is_null``, ``order``, ``filters`` and ``compressor``.
+    """
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    stored_dtype: np.dtype
+    fill_value: Any
+    fill_value_is_null: bool
+    order: str
+    filters: tuple[dict[str, Any], ...]
+    compressor: dict[str, Any] | None
+
+    @cached_property
+    def data_type(self) -> DataType:
+        return v2_data_type(self.stored_dtype, object_codec_id(self.filters, self.compressor))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data_type.numpy_dtype
+
+    @property
+    def declared_fill_value(self) -> Any:
+        """The fill value as the document states it: None for ``null``."""
+        return None if self.fill_value_is_null else self.fill_value
+
+    @cached_property
+    def chunk_grid(self) -> RegularChunkGrid:
+        return RegularChunkGrid(self.chunks)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return self.chunk_grid.grid_shape(self.shape)
+
+    @property
+    def nchunks(self) -> int:
+        return math.prod(self.grid_shape)
+
+    @cached_property
+    def chunk_spec(self) -> ChunkSpec:
+        return ChunkSpec(self.chunks, self.data_type, self.fill_value)
+
+    @cached_property
+    def codecs(self) -> CodecPipeline:
+        codec = V2Codec(self.stored_dtype, self.order, self.filters, self.compressor)
+        return CodecPipeline.from_codecs([codec])
+
+
 @dataclass(frozen=True)
-class ArrayMetadataV2:
+class ArrayMetadataV2(V2StyleArray):
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     stored_dtype: np.dtype
@@ -217,45 +273,6 @@ class ArrayMetadataV2:
 
     def metadata_keys(self, path: str) -> tuple[str, ...]:
         return (join_key(path, ZARRAY), join_key(path, ZATTRS))
-
-    # -- derived -----------------------------------------------------------------------
-    @cached_property
-    def data_type(self) -> DataType:
-        return v2_data_type(self.stored_dtype, object_codec_id(self.filters, self.compressor))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data_type.numpy_dtype
-
-    @property
-    def declared_fill_value(self) -> Any:
-        """The fill value as the document states it: None for ``null``."""
-        return None if self.fill_value_is_null else self.fill_value
-
-    @cached_property
-    def chunk_grid(self) -> RegularChunkGrid:
-        return RegularChunkGrid(self.chunks)
-
-    @property
-    def grid_shape(self) -> tuple[int, ...]:
-        return self.chunk_grid.grid_shape(self.shape)
-
-    @property
-    def nchunks(self) -> int:
-        return math.prod(self.grid_shape)
-
-    @cached_property
-    def chunk_spec(self) -> ChunkSpec:
-        return ChunkSpec(self.chunks, self.data_type, self.fill_value)
-
-    @cached_property
-    def codecs(self) -> CodecPipeline:
-        codec = V2Codec(self.stored_dtype, self.order, self.filters, self.compressor)
-        return CodecPipeline.from_codecs([codec])
 
     @property
     def chunk_key_encoding(self) -> V2ChunkKeyEncoding:
