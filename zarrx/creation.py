@@ -84,6 +84,23 @@ def _codec_list(value: Any) -> list[Any]:
     return [value]
 
 
+def _parse_array_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    return parse_shape(list(shape) if isinstance(shape, (list, tuple)) else shape, "shape")
+
+
+def _cast_fill_value(data_type: DataType, fill_value: Any, described: str | None = None) -> Any:
+    """``fill_value`` as a value of ``data_type``; ``described`` names the type in the error."""
+    try:
+        return data_type.cast_scalar(fill_value)
+    except ZarrxError:
+        raise
+    except (TypeError, ValueError, OverflowError) as error:
+        described = described or str(data_type.to_json())
+        raise MetadataError(f"fill_value: cannot use {fill_value!r} as a {described} value ({error})") from None
+
+
 def build_array_metadata(
     *,
     shape: Any,
@@ -98,22 +115,12 @@ def build_array_metadata(
     dimension_names: Sequence[str | None] | None = None,
     attributes: dict[str, Any] | None = None,
 ) -> ArrayMetadata:
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = (shape,)
-    shape = parse_shape(list(shape) if isinstance(shape, (list, tuple)) else shape, "shape")
+    shape = _parse_array_shape(shape)
     data_type = resolve_data_type(dtype)
     chunk_shape = parse_chunks(chunks, shape, data_type)
     if shards is not None:
         shards = parse_shards(shards, chunk_shape)
-    if fill_value is None:
-        fill_value = data_type.default_fill_value()
-    else:
-        try:
-            fill_value = data_type.cast_scalar(fill_value)
-        except ZarrxError:
-            raise
-        except (TypeError, ValueError, OverflowError) as error:
-            raise MetadataError(f"fill_value: cannot use {fill_value!r} as a {data_type.to_json()} value ({error})") from None
+    fill_value = data_type.default_fill_value() if fill_value is None else _cast_fill_value(data_type, fill_value)
     if isinstance(serializer, str) and serializer == "auto":
         serializer = default_serializer(data_type)
     if isinstance(compressors, str) and compressors == "auto":
@@ -226,22 +233,12 @@ def build_array_metadata_v2(
         raise MetadataError(f"shards: Zarr format 2 has no sharding, found shards={shards!r}; use zarr_format=3")
     if not (isinstance(serializer, str) and serializer == "auto"):
         raise MetadataError("serializer: Zarr format 2 arrays have none (the dtype and filters say how to store elements)")
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = (shape,)
-    shape = parse_shape(list(shape) if isinstance(shape, (list, tuple)) else shape, "shape")
+    shape = _parse_array_shape(shape)
     data_type, stored = _v2_data_type(dtype)
     _, object_codec = v2_dtype_for(data_type) if data_type.is_variable_length else (None, None)
     chunk_shape = parse_chunks(chunks, shape, data_type)
-    null_fill = fill_value is None
-    if null_fill:  # v2 can say "no fill value": null, which reads as the type's default
-        fill_value = data_type.default_fill_value()
-    else:
-        try:
-            fill_value = data_type.cast_scalar(fill_value)
-        except ZarrxError:
-            raise
-        except (TypeError, ValueError, OverflowError) as error:
-            raise MetadataError(f"fill_value: cannot use {fill_value!r} as a {stored} value ({error})") from None
+    null_fill = fill_value is None  # v2 can say "no fill value": null, which reads as the type's default
+    fill_value = data_type.default_fill_value() if null_fill else _cast_fill_value(data_type, fill_value, str(stored))
     filter_configs = [_v2_codec_config(codec, f"filters[{i}]") for i, codec in enumerate(_codec_list(filters))]
     if object_codec is not None:
         filter_configs.insert(0, {"id": object_codec})
