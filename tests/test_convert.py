@@ -164,6 +164,25 @@ def test_convert_v3_rechunks_shards_and_recompresses(tmp_path):
     assert_values(unsharded[:], expected)
 
 
+def test_convert_rechunks_a_hierarchy_of_mixed_ranks_by_dimension_name(tmp_path):
+    root = zarrx.create_group(str(tmp_path / "s"))
+    cube = root.create_array("t2m", shape=(12, 8, 10), chunks=(1, 8, 10), dtype="<f4", dimension_names=["time", "lat", "lon"])
+    cube[...] = np.arange(960, dtype="<f4").reshape(12, 8, 10)
+    lat = root.create_array("lat", shape=(8,), chunks=(8,), dtype="<f8", dimension_names=["lat"])
+    lat[...] = np.linspace(-80, 80, 8)
+    flags = root.create_array("flags", shape=(5,), chunks=(2,), shards=(4,), dtype="u1")  # no dimension names
+    flags[...] = 1
+    with pytest.raises(UsageError, match="by dimension name"):
+        zarrx.convert(str(tmp_path / "s"), str(tmp_path / "bad"), chunks=(6, 4, 5), progress=False)
+    out = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), chunks={"time": 6, "lat": 4},
+                        shards={"time": 12}, progress=False)  # fmt: skip
+    assert out["t2m"].chunks == (6, 4, 10) and out["t2m"].shards == (12, 4, 10)
+    assert out["lat"].chunks == (4,) and out["lat"].shards is None
+    assert out["flags"].chunks == (2,) and out["flags"].shards == (4,)  # untouched: kept with its shards
+    for name in ("t2m", "lat", "flags"):
+        assert_values(out[name][...], root[name][...])
+
+
 def test_convert_refuses_a_non_empty_destination_and_shows_progress(tmp_path, capsys):
     zarrx.create_array(str(tmp_path / "s"), shape=(4,), dtype="<i2", fill_value=3)
     zarrx.create_group(str(tmp_path / "t"))

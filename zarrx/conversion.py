@@ -24,7 +24,7 @@ Both refuse data types that exist only in v2 (structured types with subarray fie
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -225,15 +225,27 @@ def migrate_v2_to_v3(store: Any, path: str = "", *, storage_options: dict[str, A
 # -- convert by copying -----------------------------------------------------------------------
 
 
-def _normalize_chunks(value: Any, array: Array, name: str) -> tuple[int, ...] | None:
-    """``value`` for this array: an int for every axis, -1 for a whole axis, lengths past the shape cut to it."""
+def _normalize_chunks(
+    value: Any, array: Array, name: str, current: tuple[int, ...] | None = None
+) -> tuple[int, ...] | None:
+    """``value`` for this array: an int for every axis, -1 for a whole axis, lengths past the shape
+    cut to it. A mapping gives lengths by dimension name (``{"time": 24}``), the array's other
+    dimensions keeping ``current``; None when ``value`` says nothing for this array."""
     if value is None:
         return None
+    if isinstance(value, Mapping):
+        names = array.dimension_names or (None,) * array.ndim
+        if current is None or not any(dim in value for dim in names):
+            return None
+        value = tuple(value.get(dim, length) if dim is not None else length for dim, length in zip(names, current))
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,) * array.ndim
     value = tuple(value)
     if len(value) != array.ndim:
-        raise UsageError(f"{name}: {value} has {len(value)} lengths but array {array.name!r} has {array.ndim} dimensions")
+        raise UsageError(
+            f"{name}: {value} has {len(value)} lengths but array {array.name!r} has {array.ndim} dimensions "
+            f"(for arrays of different ranks, give lengths by dimension name: {{'time': 24, ...}})"
+        )
     if any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or (c < 1 and c != -1) for c in value):
         raise UsageError(f"{name}: expected positive lengths (or -1 for a whole axis), found {value}")
     return tuple(max(1, s) if c == -1 else min(int(c), max(1, s)) for c, s in zip(value, array.shape))
@@ -264,12 +276,12 @@ def _kept_codecs(array: Array) -> tuple[list[Codec], list[Codec]]:
 def _create_kwargs(array: Array, chunks: Any, shards: Any, compressors: Any, filters: Any) -> dict[str, Any]:
     metadata = array.metadata
     _check_v3_type(metadata.data_type, f"array {array.name!r}")
-    new_chunks = _normalize_chunks(chunks, array, "chunks") or array.chunks
-    new_shards = _normalize_chunks(shards, array, "shards")
+    new_chunks = _normalize_chunks(chunks, array, "chunks", array.chunks) or array.chunks
+    new_shards = _normalize_chunks(shards, array, "shards", array.shards or new_chunks)
     if new_shards is not None:  # a shard cut to the shape still holds whole chunks
         new_shards = tuple(-(-s // c) * c for s, c in zip(new_shards, new_chunks))
-    if shards is None and chunks is None:
-        new_shards = array.shards
+    elif tuple(new_chunks) == tuple(array.chunks):
+        new_shards = array.shards  # the chunks are kept, and so are the shards
     kept_filters, kept_compressors = _kept_codecs(array)
     attributes, dimension_names = _v3_attributes(metadata)
     return dict(
@@ -314,11 +326,14 @@ def convert(
     path
         The node of ``src`` to copy; it becomes the root of ``dst``.
     chunks
-        New chunk shape for every array (an int for all dimensions; -1 for a whole axis);
-        None keeps each array's chunks (its inner chunks when sharded).
+        New chunk shape for every array (an int for all dimensions; -1 for a whole axis), or
+        lengths by dimension name for hierarchies of arrays of different ranks
+        (``{"time": 24, "lat": 90}``: other dimensions, and arrays without those names, keep
+        theirs); None keeps each array's chunks (its inner chunks when sharded).
     shards
-        Shard shape (a multiple of the chunks); None keeps the source's shards when the chunks
-        are kept, and writes no shards otherwise.
+        Shard shape (a multiple of the chunks; a mapping by dimension name as for ``chunks``);
+        None keeps the source's shards when an array's chunks are kept, and writes no shards
+        otherwise.
     compressors, filters
         ``"keep"`` (default) keeps the source's (a v2 compressor or filter without a v3 codec
         becomes zstd / is dropped: the values are copied decoded); otherwise as for
