@@ -181,6 +181,10 @@ def test_convert_rechunks_a_hierarchy_of_mixed_ranks_by_dimension_name(tmp_path)
     assert out["flags"].chunks == (2,) and out["flags"].shards == (4,)  # untouched: kept with its shards
     for name in ("t2m", "lat", "flags"):
         assert_values(out[name][...], root[name][...])
+    # the same from the command line
+    assert main(["convert", str(tmp_path / "s"), str(tmp_path / "cli"), "--chunks", "time=6,lat=4", "--no-progress"]) == 0
+    assert zarrx.open_array(str(tmp_path / "cli"), "t2m").chunks == (6, 4, 10)
+    assert zarrx.open_array(str(tmp_path / "cli"), "lat").chunks == (4,)
 
 
 def test_convert_refuses_a_non_empty_destination_and_shows_progress(tmp_path, capsys):
@@ -217,6 +221,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
     [
         (["convert", "{tmp}/missing", "{tmp}/out"], "no array or group"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "a,b"], "--chunks: expected comma-separated integers"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "x=a"], "or lengths by dimension name"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "2,2,2"], "chunks"),
         (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: expected"),
         (["convert", "{tmp}/src", "{tmp}/out", "--storage-option", "nokey"], "--storage-option: expected key=value"),
@@ -230,7 +235,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
 def test_cli_reports_mistakes_on_one_line(tmp_path, capsys, arguments, fragment):
     zarrx.create_array(str(tmp_path / "src"), shape=(4, 4), dtype="<i2")
     zarrx.create_group(str(tmp_path / "other"))
-    assert main([a.format(tmp=tmp_path) for a in arguments]) == 1
+    assert main([a.format(tmp=tmp_path) for a in arguments]) == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and captured.err.startswith("zarrx: error: "), captured.err
     assert fragment in captured.err and "Traceback" not in captured.err
@@ -239,5 +244,5 @@ def test_cli_reports_mistakes_on_one_line(tmp_path, capsys, arguments, fragment)
 def test_console_script_prints_no_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "zarrx.cli", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
                             capture_output=True, text=True)  # fmt: skip
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("zarrx: error: no array or group")

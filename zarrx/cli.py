@@ -1,94 +1,150 @@
 """The ``zarrx`` command line.
 
-``zarrx demo [DIR]`` writes a small synthetic weather hierarchy (time x lat x
-lon, CF-style attributes, dimension names) with zarrx, reads it back from disk
-and prints the tree and a short summary, so a newcomer sees the whole path --
-create, chunk, encode, store, open, decode -- work in one command.
+Every command takes a path or any fsspec URL (``file://``, ``s3://``, ``https://``,
+``memory://``, ...) and repeated ``--storage-option KEY=VALUE`` (the value parsed as JSON
+when it is JSON -- ``anon=true``, ``block_size=0`` -- else kept as text), passed to fsspec.
 
-``zarrx convert SRC DST`` copies a Zarr v2, 2022-draft or v3 hierarchy to Zarr v3
-(:func:`zarrx.convert`), optionally re-chunking (``--chunks 100,100``), sharding
-(``--shards``) and re-compressing (``--compressor zstd:5``); ``zarrx convert SRC
---migrate-in-place`` writes v3 metadata beside v2 metadata and keeps the chunks
-(:func:`zarrx.migrate_v2_to_v3`). Mistakes are reported on one line, without a
-traceback, and exit with status 1.
+``zarrx tree URL``
+    The hierarchy, one node per line: shapes, data types, chunks, shards and codecs.
+``zarrx info URL [--path NODE]``
+    One node in detail (:func:`zarrx.display.info_text`): codecs, fill value, dimension
+    names, attributes, stored bytes, compression ratio, chunks initialized.
+``zarrx verify URL``
+    Decode every stored chunk in parallel with a progress bar (:func:`zarrx.verify`), list
+    the corrupt, truncated and checksum-failing chunks by key and the missing ones; exit
+    status 1 when a chunk or metadata document is bad.
+``zarrx consolidate URL``
+    Write consolidated metadata (:func:`zarrx.consolidate_metadata`).
+``zarrx convert SRC DST``
+    Copy a Zarr v2, 2022-draft or v3 hierarchy to Zarr v3 (:func:`zarrx.convert`),
+    optionally re-chunking (``--chunks 100,100``), sharding (``--shards``) and
+    re-compressing (``--compressor zstd:5``); ``--migrate-in-place`` writes v3 metadata
+    beside v2 metadata and keeps the chunks (:func:`zarrx.migrate_v2_to_v3`).
+``zarrx demo [DIR]``
+    Write a synthetic weather dataset (time x lat x lon, CF attributes, sharded) with
+    xarray, open it lazily with ``engine="zarrx"``, reduce it in parallel with dask and
+    print the tree and a result table: the whole system in one command.
+
+Mistakes (a missing path, not a Zarr store, a node that is not there, a bad option) are
+reported on one line on stderr, without a traceback, with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
 import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any, Callable, Iterator, Sequence
 
 import zarrx
-from zarrx.errors import UsageError, ZarrxError
+from zarrx import display
+from zarrx.demo import run_demo
+from zarrx.errors import NodeNotFoundError, UsageError, ZarrxError
 
 __all__ = ["main"]
 
-
-def write_demo_dataset(path: str) -> zarrx.Group:
-    """A year of daily synthetic 2 m temperature and precipitation on a 1° grid."""
-    rng = np.random.default_rng(42)
-    ntime, nlat, nlon = 365, 181, 360
-    lat = np.linspace(-90, 90, nlat)
-    lon = np.arange(nlon, dtype="float64")
-    days = np.arange(ntime)
-    seasonal = 15 * np.cos(2 * np.pi * (days - 200) / 365)[:, None, None] * np.sign(lat)[None, :, None]
-    base = 288 - 40 * np.abs(np.sin(np.deg2rad(lat)))[None, :, None]
-    t2m = (base + seasonal + rng.normal(0, 2, (ntime, nlat, nlon))).astype("float32")
-    precip = rng.gamma(0.5, 2.0, (ntime, nlat, nlon)).astype("float32")
-
-    root = zarrx.create_group(path, overwrite=True, attributes={"title": "zarrx demo: synthetic daily weather", "Conventions": "CF-1.8"})
-    dims = ["time", "lat", "lon"]
-    coords = {
-        "time": (days, {"units": "days since 2024-01-01", "calendar": "standard"}),
-        "lat": (lat, {"units": "degrees_north", "standard_name": "latitude"}),
-        "lon": (lon, {"units": "degrees_east", "standard_name": "longitude"}),
-    }
-    for name, (values, attrs) in coords.items():
-        coord = root.create_array(name, shape=values.shape, dtype=values.dtype, dimension_names=[name], attributes=attrs)
-        coord[...] = values
-    variables = {
-        "t2m": (t2m, {"units": "K", "long_name": "2 metre temperature"}),
-        "precip": (precip, {"units": "mm day-1", "long_name": "total precipitation"}),
-    }
-    for name, (values, attrs) in variables.items():
-        variable = root.create_array(
-            name, shape=values.shape, chunks=(73, 91, 90), dtype=values.dtype,
-            dimension_names=dims, attributes=attrs, fill_value=np.nan,
-        )  # fmt: skip
-        variable[...] = values
-    zarrx.consolidate_metadata(path)
-    return root
+#: exit statuses: a check found a problem (verify), a mistake or an error stopped the command
+EXIT_PROBLEMS = 1
+EXIT_ERROR = 2
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
-def run_demo(directory: str | None) -> int:
-    folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="zarrx-demo-"))
-    path = str(folder / "weather.zarr")
-    started = time.perf_counter()
-    write_demo_dataset(path)
-    written = time.perf_counter() - started
-    root = zarrx.open_group(path, mode="r")
-    print(f"Wrote {path} in {written:.2f} s\n")
-    print(root.tree())
-    t2m = root["t2m"]
-    print()
-    print(t2m.info_complete())
-    started = time.perf_counter()
-    data = t2m[...]
-    read = time.perf_counter() - started
-    lat = root["lat"][...]
-    print(f"\nRead t2m ({data.nbytes / 2**20:.1f} MiB) in {read:.2f} s")
-    print("\nZonal-mean 2 m temperature (K), annual mean:")
-    print(f"{'latitude':>10} {'t2m':>8}")
-    zonal = data.mean(axis=(0, 2))
-    for index in range(0, len(lat), 30):
-        print(f"{lat[index]:>10.0f} {zonal[index]:>8.2f}")
+# -- opening what the user named ------------------------------------------------------------------
+def check_location(url: str) -> None:
+    """A local path (or ``file://`` URL) that does not exist is a mistake worth naming as such."""
+    scheme = _URL.match(url)
+    if (scheme and scheme[1].lower() != "file") or "::" in url:
+        return
+    local = url[len("file://") :] if scheme else url
+    if not os.path.exists(os.path.expanduser(local)):
+        raise UsageError(f"{url}: no such file or directory")
+
+
+@contextlib.contextmanager
+def store_expected(url: str, path: str) -> Iterator[None]:
+    """Nothing at the root of ``url`` means it is not a Zarr store: say so."""
+    try:
+        yield
+    except NodeNotFoundError as error:
+        if path.strip("/"):
+            raise
+        raise NodeNotFoundError(f"{url} is not a Zarr store: {error}") from None
+
+
+def open_node(url: str, path: str, storage_options: dict[str, Any] | None) -> zarrx.Array | zarrx.Group:
+    """The array or group at ``path`` below ``url``, read-only."""
+    check_location(url)
+    with store_expected(url, path):
+        return zarrx.open(url, path, mode="r", storage_options=storage_options)
+
+
+# -- tree, info, verify, consolidate ----------------------------------------------------------
+def run_tree(args: argparse.Namespace) -> int:
+    node = open_node(args.url, args.path, parse_storage_options(args.storage_option))
+    entry = display.walk(node, max_depth=args.depth, max_children=args.max_children or None)
+    print(display.render_tree(entry))
+    return EXIT_PROBLEMS if display.errors(entry) else 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    node = open_node(args.url, args.path, parse_storage_options(args.storage_option))
+    print(display.info_text(node, stored=not args.metadata_only))
+    if isinstance(node, zarrx.Group):
+        print("Members:")
+        print(display.tree_text(node, max_depth=1, max_children=50))
+    return 0
+
+
+class ProgressBar:
+    """``verify [########------------]  40% 120/300 chunks 1.2 s`` on stderr; redrawn in place
+    on a terminal, printed once at the end otherwise (a log stays one line)."""
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: Any = None) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.started = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        if done < total and not self.live:
+            return
+        fraction = done / total if total else 1.0
+        filled = round(fraction * self.WIDTH)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        line = f"{self.label} [{bar}] {fraction:4.0%} {done}/{total} chunks {time.perf_counter() - self.started:.1f} s"
+        end = "\n" if done >= total else ""
+        print(f"\r{line}" if self.live else line, end=end, file=self.stream, flush=True)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    options = parse_storage_options(args.storage_option)
+    check_location(args.url)
+    progress: bool | Callable[[int, int], None] = False if args.no_progress else ProgressBar("verify")
+    with store_expected(args.url, args.path):
+        report = zarrx.verify(args.url, args.path, storage_options=options, progress=progress)
+    print(report)
+    if not report.ok:
+        return EXIT_PROBLEMS
+    if args.require_all_chunks and report.missing_count:
+        print(f"FAILED: {report.missing_count} chunk(s) missing (--require-all-chunks)")
+        return EXIT_PROBLEMS
+    return 0
+
+
+def run_consolidate(args: argparse.Namespace) -> int:
+    options = parse_storage_options(args.storage_option)
+    check_location(args.url)
+    with store_expected(args.url, args.path):
+        group = zarrx.consolidate_metadata(args.url, args.path, storage_options=options)
+    nodes = len(group.members(max_depth=None))
+    document = ".zmetadata" if group.zarr_format == 2 else "zarr.json"
+    print(f"Consolidated the metadata of {nodes} node(s) below {group.name!r} into its {document}")
     return 0
 
 
@@ -98,15 +154,23 @@ def run_demo(directory: str | None) -> int:
 _COMPRESSORS = {"zstd": "level", "gzip": "level", "blosc": "clevel"}
 
 
-def parse_shape_option(text: str | None, option: str) -> tuple[int, ...] | None:
-    """``"100,100"`` (or ``"100"``, ``"-1,50"``) as a tuple of ints."""
+def parse_shape_option(text: str | None, option: str) -> int | tuple[int, ...] | dict[str, int] | None:
+    """``"100,100"`` (or ``"100"``, ``"-1,50"``) as ints; ``"time=24,lat=90"`` as lengths by
+    dimension name (for hierarchies whose arrays differ in rank)."""
     if text is None:
         return None
+    parts = text.split(",")
     try:
-        values = tuple(int(part) for part in text.split(","))
+        if all("=" in part for part in parts):
+            named = (part.split("=", 1) for part in parts)
+            return {name.strip(): int(value) for name, value in named}
+        values = tuple(int(part) for part in parts)
     except ValueError:
-        raise UsageError(f"{option}: expected comma-separated integers such as 100,100, found {text!r}") from None
-    return values[0] if len(values) == 1 else values  # type: ignore[return-value]
+        raise UsageError(
+            f"{option}: expected comma-separated integers such as 100,100, or lengths by dimension name "
+            f"such as time=24,lat=90, found {text!r}"
+        ) from None
+    return values[0] if len(values) == 1 else values
 
 
 def parse_compressor_option(text: str) -> Any:
@@ -168,7 +232,7 @@ def run_convert(args: argparse.Namespace) -> int:
             )
         node = zarrx.migrate_v2_to_v3(args.src, args.path, storage_options=storage_options)
         print(f"Migrated {args.src} in place: Zarr v3 metadata written beside the v2 metadata")
-        print(node.tree() if isinstance(node, zarrx.Group) else repr(node))
+        print(display.tree_text(node))
         return 0
     if args.dst is None:
         raise UsageError("convert needs SRC and DST (or --migrate-in-place to rewrite SRC's metadata)")
@@ -186,15 +250,43 @@ def run_convert(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     print(f"Converted {args.src} to Zarr v3 at {args.dst} in {time.perf_counter() - started:.2f} s")
-    print(node.tree() if isinstance(node, zarrx.Group) else repr(node))
+    print(display.tree_text(node))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zarrx", description="Zarr v3 for the dask/xarray world.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="write a sample dataset, read it back and summarise it")
-    demo.add_argument("directory", nargs="?", help="where to write weather.zarr (default: a new temporary folder)")
+    parser = argparse.ArgumentParser(
+        prog="zarrx",
+        description="Zarr v3 for the dask/xarray world. Every URL may be a path or any fsspec URL "
+        "(file://, s3://, https://, memory://, ...).",
+    )
+    parser.add_argument("--version", action="version", version=f"zarrx {zarrx.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    location = argparse.ArgumentParser(add_help=False)
+    location.add_argument("url", metavar="URL", help="a path or fsspec URL of a Zarr hierarchy")
+    location.add_argument("--path", default="", help="the node inside URL (default: the root)")
+    location.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                          help="fsspec option, repeatable; the value is parsed as JSON when it can be (anon=true)")  # fmt: skip
+
+    tree = commands.add_parser("tree", parents=[location], help="the hierarchy: shapes, dtypes, chunks, shards, codecs")
+    tree.add_argument("--depth", type=int, help="levels of groups to show (default: all)")
+    tree.add_argument("--max-children", type=int, default=0, metavar="N",
+                      help="members shown per group, the rest counted (default: all)")  # fmt: skip
+    info = commands.add_parser("info", parents=[location],
+                               help="one node in detail: codecs, fill value, attributes, stored bytes, ratio")  # fmt: skip
+    info.add_argument("--metadata-only", action="store_true",
+                      help="read the metadata only (no listing of the stored chunks)")  # fmt: skip
+    verify = commands.add_parser(
+        "verify", parents=[location],
+        help="decode every stored chunk; report corrupt and missing ones (exit status 1 if any is bad)",
+    )  # fmt: skip
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar")
+    verify.add_argument("--require-all-chunks", action="store_true",
+                        help="missing chunks fail too (by default they read as the fill value, which is legal)")  # fmt: skip
+    commands.add_parser("consolidate", parents=[location],
+                        help="write consolidated metadata, so the hierarchy opens in one read")  # fmt: skip
+
     convert = commands.add_parser(
         "convert",
         help="copy a Zarr v2, 2022-draft or v3 hierarchy to Zarr v3 (or migrate v2 metadata in place)",
@@ -204,8 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("src", help="source path or URL")
     convert.add_argument("dst", nargs="?", help="destination path or URL (a new Zarr v3 hierarchy)")
     convert.add_argument("--path", default="", help="the node of SRC to convert (default: the root)")
-    convert.add_argument("--chunks", help="new chunk shape, e.g. 100,100 (-1: a whole axis; default: keep)")
-    convert.add_argument("--shards", help="shard shape, a multiple of the chunks, e.g. 1000,1000")
+    convert.add_argument("--chunks", help="new chunk shape, e.g. 100,100 or by dimension name time=24,lat=90 "
+                         "(-1: a whole axis; default: keep)")  # fmt: skip
+    convert.add_argument("--shards", help="shard shape, a multiple of the chunks, e.g. 1000,1000 or time=240")
     convert.add_argument(
         "--compressor", default="keep",
         help="keep (default), auto, none, zstd[:LEVEL], gzip[:LEVEL], blosc[:CLEVEL] or a codec list as JSON",
@@ -219,25 +312,44 @@ def build_parser() -> argparse.ArgumentParser:
         "--migrate-in-place", action="store_true",
         help="write Zarr v3 metadata beside SRC's v2 metadata, keeping its chunks (no DST)",
     )  # fmt: skip
+
+    demo = commands.add_parser(
+        "demo", help="write a sample weather dataset, open it with xarray, reduce it with dask, summarise it"
+    )
+    demo.add_argument("directory", nargs="?", help="where to write weather.zarr (default: a new temporary folder)")
     return parser
 
 
-COMMANDS = {
-    "demo": lambda args: run_demo(args.directory),
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "tree": run_tree,
+    "info": run_info,
+    "verify": run_verify,
+    "consolidate": run_consolidate,
     "convert": run_convert,
+    "demo": lambda args: run_demo(args.directory),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 fine, 1 problems found, 2 an error)."""
     args = build_parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # trees and tables draw with non-ASCII characters
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `zarrx tree URL | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ZarrxError as error:
         print(f"zarrx: error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError, TypeError) as error:  # file systems and fsspec (unknown protocol, bad option)
+    except (OSError, ValueError, TypeError, ImportError) as error:
+        # file systems and fsspec: unknown protocol, bad or unknown option, missing driver package
         print(f"zarrx: error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print("zarrx: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_ERROR
 
 
 def _one_line(error: BaseException) -> str:

@@ -99,3 +99,16 @@ class Node(Generic[M]):
 
     def __repr__(self) -> str:
         return f"<zarrx.{type(self).__name__} {self._store!r} {self.name!r}>"
+
+    # descriptions for people live in zarrx.display (imported late: it imports Array and Group)
+    def __str__(self) -> str:
+        """An array's description or a group's tree (bounded), from metadata only."""
+        from zarrx.display import node_text
+
+        return node_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rendering: a collapsible tree with shapes, data types, chunks, codecs, attributes."""
+        from zarrx.display import node_html
+
+        return node_html(self)
