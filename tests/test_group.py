@@ -13,7 +13,7 @@ from zarrx.errors import (
     NodeNotFoundError,
     ReadOnlyError,
 )
-from zarrx.storage import MemoryStore
+from zarrx.storage import MemoryStore, make_store
 
 
 @pytest.fixture
@@ -161,3 +161,13 @@ def test_local_directory_layout(tmp_path):
     assert (tmp_path / "data.zarr" / "x" / "c" / "1").read_bytes() == bytes([3, 4])
     assert json.loads((tmp_path / "data.zarr" / "zarr.json").read_text())["node_type"] == "group"
     np.testing.assert_array_equal(zarrx.open_array(f"file://{tmp_path}/data.zarr", "x")[...], [1, 2, 3, 4])
+
+
+def test_a_read_only_store_is_named_as_the_reason_a_write_is_refused(tmp_path):
+    zarrx.create_array(str(tmp_path / "x.zarr"), shape=(2,), dtype="int8")
+    store = make_store(str(tmp_path / "x.zarr"))  # mode "r" by default
+    array = zarrx.open_array(store, mode="r+")
+    with pytest.raises(ReadOnlyError, match="its store .* is read-only .*mode='r\\+'"):
+        array[0] = 1
+    with pytest.raises(ReadOnlyError, match="was opened read-only"):
+        zarrx.open_array(str(tmp_path / "x.zarr"), mode="r")[0] = 1

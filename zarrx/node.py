@@ -77,6 +77,11 @@ class Node(Generic[M]):
         reason = self._metadata.read_only_reason
         if reason is not None:
             raise ReadOnlyError(f"{self._kind} {self.name!r} cannot be changed: {reason}")
+        if self._store.read_only:
+            raise ReadOnlyError(
+                f"{self._kind} {self.name!r} cannot be changed: its store {self._store!r} is read-only "
+                "(make_store's default mode is 'r'; make it with mode='r+' or 'a', or pass the path or URL itself)"
+            )
         if self._read_only:
             raise ReadOnlyError(
                 f"{self._kind} {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write"
