@@ -164,10 +164,11 @@ def test_local_directory_layout(tmp_path):
 
 
 def test_a_read_only_store_is_named_as_the_reason_a_write_is_refused(tmp_path):
-    zarrx.create_array(str(tmp_path / "x.zarr"), shape=(2,), dtype="int8")
+    zarrx.create_group(str(tmp_path / "x.zarr")).create_array("a", shape=(2,), dtype="int8")
     store = make_store(str(tmp_path / "x.zarr"))  # mode "r" by default
-    array = zarrx.open_array(store, mode="r+")
-    with pytest.raises(ReadOnlyError, match="its store .* is read-only .*mode='r\\+'"):
-        array[0] = 1
+    group = zarrx.open_group(store, mode="r+")
+    for write in (lambda: group["a"].__setitem__(0, 1), lambda: group.create_array("y", shape=(1,), dtype="int8")):
+        with pytest.raises(ReadOnlyError, match="its store .* is read-only .*mode='r\\+'"):
+            write()
     with pytest.raises(ReadOnlyError, match="was opened read-only"):
-        zarrx.open_array(str(tmp_path / "x.zarr"), mode="r")[0] = 1
+        zarrx.open_array(str(tmp_path / "x.zarr"), "a", mode="r")[0] = 1

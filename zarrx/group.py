@@ -109,7 +109,7 @@ class Group(Node[GroupMetadata]):
                 for key, document in self._consolidated.items()
                 if key.startswith(relative + "/")
             }
-        return node_from_metadata(self._store, path, metadata, read_only=self._read_only, consolidated=consolidated)
+        return node_from_metadata(self._store, path, metadata, read_only=self._opened_read_only, consolidated=consolidated)
 
     def __getitem__(self, name: str) -> "Array | Group":
         path = self._child_path(name)

@@ -31,6 +31,7 @@ class Node(Generic[M]):
         self._path = path
         self._metadata = metadata
         self._read_only = read_only or store.read_only or metadata.read_only_reason is not None
+        self._opened_read_only = read_only  # asked for (mode 'r'), not just inherited from the store
 
     @property
     def store(self) -> Store:
@@ -77,7 +78,7 @@ class Node(Generic[M]):
         reason = self._metadata.read_only_reason
         if reason is not None:
             raise ReadOnlyError(f"{self._kind} {self.name!r} cannot be changed: {reason}")
-        if self._store.read_only:
+        if self._store.read_only and not self._opened_read_only:
             raise ReadOnlyError(
                 f"{self._kind} {self.name!r} cannot be changed: its store {self._store!r} is read-only "
                 "(make_store's default mode is 'r'; make it with mode='r+' or 'a', or pass the path or URL itself)"
