@@ -175,7 +175,10 @@ class Group(Node[GroupMetadata]):
         return [name for name, _ in self.groups()]
 
     def tree(self) -> str:
-        """The hierarchy below this group as text, one node per line."""
+        """The hierarchy below this group as text, one node per line (shapes, data types, chunks,
+        shards, codecs); a group that cannot be read raises (``zarrx tree`` shows it instead)."""
+        from zarrx.display import summary
+
         lines = [self.name]
 
         def walk(group: Group, indent: str) -> None:
@@ -183,10 +186,8 @@ class Group(Node[GroupMetadata]):
             for position, (name, node) in enumerate(children):
                 last = position == len(children) - 1
                 branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
-                if isinstance(node, Array):
-                    lines.append(f"{indent}{branch}{name} {node.shape} {node.dtype} chunks={node.chunks}")
-                else:
-                    lines.append(f"{indent}{branch}{name}")
+                lines.append(f"{indent}{branch}{summary(node, name)}")
+                if not isinstance(node, Array):
                     walk(node, indent + extension)
 
         walk(self, "")
