@@ -339,12 +339,6 @@ class ReplaceBetweenReads(Store):
         return self.inner.list_dir(prefix)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shard_io._read_shards reads a shard's index and then its inner chunks in two requests; a shard "
-    "replaced in between is read at the old index's offsets, giving other inner chunks' values "
-    "(fix requested in zarrx/shard_io.py: re-read the index with the inner chunks and compare)",
-)
 def test_a_partial_shard_read_while_the_shard_is_replaced_reads_whole_inner_chunks(store):
     numbers = np.kron(np.arange(64).reshape(8, 8), np.ones((2, 2), dtype="int64"))
     arr = zarrx.create_array(store, "x", shape=(16, 16), chunks=(2, 2), shards=(16, 16), dtype="int64",

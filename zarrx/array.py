@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from zarrx.chunk_io import ChunkLayout, as_array_of, is_all_fill, read_selection, write_selection
+from zarrx.chunk_io import ChunkLayout, allocate_output, as_array_of, is_all_fill, read_selection, write_selection
 from zarrx.codecs import ShardingCodec, TransposeCodec
 from zarrx.errors import MetadataError, SelectionError, ZarrxError
 from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
@@ -209,7 +209,7 @@ class Array(Node[ArrayMetadata]):
 
     def get_coordinate_selection(self, selection: Any) -> np.ndarray:
         indexer = VectorizedIndexer(selection, self.shape, self._layout.io_chunk_shape)
-        out = np.empty(math.prod(indexer.shape), dtype=self.dtype)
+        out = allocate_output((math.prod(indexer.shape),), self.dtype, self._path)
         read_selection(self._layout, indexer, out)
         return out.reshape(indexer.shape)
 
@@ -233,7 +233,7 @@ class Array(Node[ArrayMetadata]):
         return data if dtype is None else data.astype(dtype)
 
     def _read(self, indexer: BasicIndexer | OrthogonalIndexer) -> np.ndarray:
-        out = np.empty(indexer.shape, dtype=self.dtype)
+        out = allocate_output(indexer.shape, self.dtype, self._path)  # checks the size first
         return read_selection(self._layout, indexer, out)
 
     def _write(self, indexer: BasicIndexer | OrthogonalIndexer, value: Any) -> None:
@@ -336,7 +336,7 @@ class Array(Node[ArrayMetadata]):
             if not self.write_empty_chunks and is_all_fill(trimmed, new.fill_value):
                 deletes.append(key)
             else:
-                updates[key] = layout.pipeline.encode(trimmed, layout.spec)
+                updates[key] = layout.pipeline.encode(trimmed, layout.spec, key=key)
         return updates, deletes
 
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
@@ -399,6 +399,7 @@ class ArrayInfo:
     nchunks: int
     nbytes_stored: int | None = None
     nchunks_initialized: int | None = None
+    shards: tuple[int, ...] | None = None
 
     @classmethod
     def from_array(cls, array: Array, *, complete: bool) -> "ArrayInfo":
@@ -417,6 +418,7 @@ class ArrayInfo:
             nchunks=array.nchunks,
             nbytes_stored=array.nbytes_stored if complete else None,
             nchunks_initialized=array.nchunks_initialized if complete else None,
+            shards=array.shards,
         )
 
     def __str__(self) -> str:
@@ -426,20 +428,22 @@ class ArrayInfo:
             ("Store", self.store),
             ("Shape", self.shape),
             ("Chunk shape", self.chunks),
+            *([("Shard shape", self.shards)] if self.shards is not None else []),
             ("Data type", f"{self.data_type} ({self.dtype})"),
             ("Fill value", self.fill_value),
             ("Codecs", self.codecs),
             ("Dimension names", self.dimension_names),
             ("Read-only", self.read_only),
             ("No. bytes", f"{self.nbytes} ({_human(self.nbytes)})"),
-            ("Chunks", self.nchunks),
+            ("Shards" if self.shards is not None else "Chunks", self.nchunks),  # the objects stored
         ]
         if self.nbytes_stored is not None:
             ratio = f"{self.nbytes / self.nbytes_stored:.1f}" if self.nbytes_stored else "-"
             rows += [
                 ("No. bytes stored", f"{self.nbytes_stored} ({_human(self.nbytes_stored)})"),
                 ("Storage ratio", ratio),
-                ("Chunks initialized", f"{self.nchunks_initialized}/{self.nchunks}"),
+                ("Shards initialized" if self.shards is not None else "Chunks initialized",
+                 f"{self.nchunks_initialized}/{self.nchunks}"),
             ]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label:<{width}} : {value}" for label, value in rows)

@@ -2,11 +2,14 @@
 
 Reading files, NumPy copies and the compressors numcodecs wraps (zstd, blosc,
 zlib) release the GIL, so a selection spanning many chunks runs on every core.
-Work is handed to the pool in a few groups per worker rather than one future
-per item: a future costs ~50 µs of locking, more than decoding a tiny chunk.
+Work is handed out in a few groups per worker rather than one future per item
+(a future costs ~50 µs of locking, more than decoding a tiny chunk); the
+calling thread may take groups too instead of waiting (``caller_works``).
 Small batches run inline, and so do calls made from the pool's own threads
 (waiting on the pool from inside it could deadlock). The pool is created on
 first use and forgotten in a forked child, whose copy has no threads.
+
+Pool tasks decode into :func:`scratch_array`, a buffer each thread keeps.
 
 ``ZARRX_NUM_THREADS`` sets the number of workers (default: the CPU count, at
 least 2 so blocking I/O overlaps even on one core, at most 16).
@@ -14,16 +17,24 @@ least 2 so blocking I/O overlaps even on one core, at most 16).
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
-__all__ = ["map_concurrent", "pool_size"]
+import numpy as np
+
+__all__ = ["map_concurrent", "pool_size", "scratch_array"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+#: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
+_scratch = threading.local()
+#: scratch buffers up to this size stay with their thread between calls
+MAX_KEPT_SCRATCH_BYTES = 16 * 2**20
 #: below this many items the hand-off costs more than it saves
 MIN_CONCURRENT_ITEMS = 4
 GROUPS_PER_WORKER = 4
@@ -59,19 +70,68 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _apply_each(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    return [function(item) for item in items]
+def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
+    """``[function(item) for item in items]``, on the pool when the batch is big enough.
 
-
-def map_concurrent(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``[function(item) for item in items]``, on the pool when the batch is big enough."""
+    The items go in groups to the pool threads, each taking the next group as it finishes one.
+    With ``caller_works`` the calling thread takes groups too, beside ``pool_size() - 1`` pool
+    threads, instead of waiting: the same thread budget without the hand-off to an idle pool
+    thread. (Callers leave it off when their work spawns threads of its own on the main
+    thread, as c-blosc does under numcodecs.) The first error stops the others from taking new
+    groups and is raised.
+    """
     items = items if isinstance(items, (list, tuple)) else list(items)
     workers = pool_size()
     if len(items) < MIN_CONCURRENT_ITEMS or workers == 1 or threading.current_thread().name.startswith(THREAD_NAME):
         return [function(item) for item in items]
-    group_size = -(-len(items) // (workers * GROUPS_PER_WORKER))
-    groups = [items[start : start + group_size] for start in range(0, len(items), group_size)]
-    results: list[R] = []
-    for group_results in _get_pool().map(_apply_each, [function] * len(groups), groups):
-        results.extend(group_results)
+    count = len(items)
+    group_size = -(-count // (workers * GROUPS_PER_WORKER))
+    groups = -(-count // group_size)
+    results: list[Any] = [None] * count
+    next_group = itertools.count()  # next() on it is atomic: each group is taken once
+    failed = threading.Event()
+
+    def drain() -> None:
+        try:
+            while not failed.is_set():
+                group = next(next_group)
+                if group >= groups:
+                    return
+                for position in range(group * group_size, min(count, (group + 1) * group_size)):
+                    results[position] = function(items[position])
+        except BaseException:
+            failed.set()
+            raise
+
+    pool = _get_pool()
+    helpers = [pool.submit(drain) for _ in range(min(workers - 1 if caller_works else workers, groups))]
+    errors: list[BaseException] = []
+    try:
+        if caller_works:
+            drain()
+    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
+        errors.append(error)
+    for helper in helpers:
+        try:
+            helper.result()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+    if errors:
+        raise errors[0]
     return results
+
+
+def scratch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous array of ``shape`` and ``dtype`` over this thread's scratch buffer.
+
+    Its contents are undefined and the next call on the same thread reuses them: use it for one
+    chunk at a time. Reusing one buffer per thread instead of a fresh array per chunk avoids the
+    first-touch page faults of fresh memory (70k a 256 MiB read on the benchmark machine).
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        if nbytes <= MAX_KEPT_SCRATCH_BYTES:
+            _scratch.buffer = buffer
+    return buffer[:nbytes].view(dtype).reshape(shape)

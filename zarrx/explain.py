@@ -174,8 +174,8 @@ def explain(
     >>> array = zarrx.create_array({}, shape=(64,), chunks=(4,), shards=(32,), dtype="u1")
     >>> array[:] = 7
     >>> plan = explain(array, slice(0, 6))
-    >>> [(r.batch, r.kind, r.key) for r in plan.requests]
-    [(0, 'shard index', 'c/0'), (1, 'inner chunks', 'c/0')]
+    >>> [(r.batch, r.kind, r.key) for r in plan.requests]  # the index again with the chunks: unchanged?
+    [(0, 'shard index', 'c/0'), (1, 'shard index', 'c/0'), (1, 'inner chunks', 'c/0')]
     >>> plan.index_requests
     1
     """
@@ -258,6 +258,8 @@ def _plan_sharded(
                     continue  # an empty inner chunk: the fill value, no request
                 ranges.append((int(offset), int(offset) + int(nbytes)))
                 served.append(projection.chunk_coords)
+            if ranges:  # the index again, to check the shard did not change (shard_io._read_shards)
+                inner.append(PlannedRequest(number, keys[shard], codec.index_range(spec), SHARD_INDEX, ()))
             for merged in coalesce(ranges):
                 coords = tuple(dict.fromkeys(served[position] for position, _, _ in merged.members))
                 byte_range = RangeByteRequest(merged.start, merged.end)

@@ -90,13 +90,53 @@ def _int_dim(index: int, length: int, chunk: int, dim: int) -> list[DimProjectio
     return [DimProjection(index // chunk, index % chunk, None, is_complete=False)]
 
 
-def _slice_dim(selection: slice, length: int, chunk: int, dim: int) -> tuple[int, list[DimProjection]]:
+def _slice_count(selection: slice, length: int, dim: int) -> int:
+    """How many elements ``selection`` takes from a dimension of ``length``."""
     if selection.step == 0:
         raise SelectionError(f"slice step cannot be zero (dimension {dim})")
-    start, stop, step = selection.indices(length)
-    count = len(range(start, stop, step))
+    return len(range(*selection.indices(length)))
+
+
+class _LazySliceDim:
+    """The projections of a slice along one dimension, computed when first iterated.
+
+    An indexer can so report its output shape before it builds anything per chunk: a slice
+    over 2**60 chunks costs nothing until a reader that checked the output size iterates it.
+    """
+
+    def __init__(self, selection: slice, length: int, chunk: int, dim: int) -> None:
+        self._args = (selection, length, chunk, dim)
+        self._projections: list[DimProjection] | None = None
+
+    def _get(self) -> list[DimProjection]:
+        if self._projections is None:
+            self._projections = _slice_dim(*self._args)[1]
+        return self._projections
+
+    def __iter__(self) -> Iterator[DimProjection]:
+        return iter(self._get())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        """The number of chunks the slice touches, computed without building the projections."""
+        selection, length, chunk, _ = self._args
+        start, stop, step = selection.indices(length)
+        count = len(range(start, stop, step))
+        if count == 0:
+            return 0
+        if abs(step) >= chunk:  # every element in a chunk of its own
+            return count
+        last = start + (count - 1) * step
+        return abs(last // chunk - start // chunk) + 1
+
+
+def _slice_dim(selection: slice, length: int, chunk: int, dim: int) -> tuple[int, list[DimProjection]]:
+    count = _slice_count(selection, length, dim)
     if count == 0:
         return 0, []
+    start, stop, step = selection.indices(length)
     # Walk the chunks in the order the output visits them; within each chunk the
     # local slice keeps the user's step (negative steps walk the chunk backwards).
     last = start + (count - 1) * step
@@ -188,13 +228,16 @@ def _ix(selection: Sequence[Any], shape: Sequence[int]) -> tuple[Any, ...]:
 class _ProductIndexer:
     """Indexers whose selection is a product of independent per-dimension selections."""
 
-    def __init__(self, dims: list[list[DimProjection]], counts: list[int | None], chunk_shape: tuple[int, ...], shape: tuple[int, ...]):
+    def __init__(self, dims: list[Any], counts: list[int | None], chunk_shape: tuple[int, ...], shape: tuple[int, ...]):
         self._dims = dims
         self._chunk_shape = chunk_shape
         self._array_shape = shape
         self.shape = tuple(count for count in counts if count is not None)
         self._out_dims = [count for count in counts if count is not None]
-        self._has_arrays = any(isinstance(p.chunk_selection, np.ndarray) for dim in dims for p in dim[:1])
+        # slices are lazy (_LazySliceDim); ints and index arrays are lists, bounded by the selection
+        self._has_arrays = any(
+            isinstance(p.chunk_selection, np.ndarray) for dim in dims if isinstance(dim, list) for p in dim[:1]
+        )
 
     def __iter__(self) -> Iterator[ChunkProjection]:
         for combo in itertools.product(*self._dims):
@@ -213,8 +256,8 @@ class _ProductIndexer:
 
 def _dims_of(
     selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...], *, arrays: bool
-) -> tuple[list[list[DimProjection]], list[int | None]]:
-    """Per-dimension projections and output lengths (None: dimension dropped by an int)."""
+) -> tuple[list[Any], list[int | None]]:
+    """Per-dimension projections (lazy for slices) and output lengths (None: dimension dropped by an int)."""
     dims, counts = [], []
     for dim, (item, length, chunk) in enumerate(zip(normalize_selection(selection, len(shape)), shape, chunk_shape)):
         if _is_integer(item):
@@ -222,7 +265,7 @@ def _dims_of(
             counts.append(None)
             continue
         if isinstance(item, slice):
-            count, projections = _slice_dim(item, length, chunk, dim)
+            count, projections = _slice_count(item, length, dim), _LazySliceDim(item, length, chunk, dim)
         elif arrays:
             try:
                 array = np.asarray(item)

@@ -66,6 +66,9 @@ class Codec(ABC):
     kind: ClassVar[Literal["array_to_array", "array_to_bytes", "bytes_to_bytes"]]
     #: other names this codec is read under (never written)
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: the library starts threads of its own when called from the main thread (c-blosc under
+    #: numcodecs): the main thread then does not also take a share of zarrx's pool work
+    threads_on_main_thread: ClassVar[bool] = False
 
     @classmethod
     def from_json(cls, configuration: Mapping[str, Any]) -> "Codec":
@@ -138,6 +141,8 @@ class ArrayBytesCodec(Codec):
 
 class BytesBytesCodec(Codec):
     kind = "bytes_to_bytes"
+    #: the codec can decode straight into a caller's buffer (:meth:`decode_into`)
+    decodes_into: ClassVar[bool] = False
 
     def encoded_size(self, decoded_size: int) -> int | None:
         """Size of the encoding of ``decoded_size`` bytes, or None when it varies (compressors)."""
@@ -153,6 +158,12 @@ class BytesBytesCodec(Codec):
         ``expected_size`` is the exact decoded size when known: anything else is a
         ChunkDecodeError. ``max_size`` bounds the output (and memory) when it is not.
         """
+
+    def decode_into(self, data: Buffer, out: np.ndarray) -> None:
+        """Decode ``data`` into ``out`` (a writeable, contiguous uint8 array), which it must fill
+        exactly: any other decoded size is a ChunkDecodeError. Codecs that set
+        :attr:`decodes_into` do this without an intermediate buffer; the default copies."""
+        out[...] = as_uint8(self.decode(data, out.nbytes, out.nbytes))
 
 
 def raise_unexpected(codec_name: str, configuration: Mapping[str, Any], allowed: tuple[str, ...] = ()) -> None:

@@ -54,6 +54,7 @@ class BloscCodec(BytesBytesCodec):
     """
 
     name = "blosc"
+    threads_on_main_thread = True  # numcodecs: blosc's global thread pool serves the main thread
 
     cname: str = "zstd"
     clevel: int = 5
@@ -98,27 +99,43 @@ class BloscCodec(BytesBytesCodec):
             as_uint8(data), self.cname.encode(), self.clevel, SHUFFLES[shuffle], self.blocksize, typesize
         )
 
+    decodes_into = True
+
     def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
         source = as_uint8(data)
-        if source.nbytes < _HEADER_SIZE:
-            raise ChunkDecodeError(f"truncated blosc header: {source.nbytes} bytes, expected at least {_HEADER_SIZE}")
-        flags = int(source[2])
-        decoded_size, _blocksize, compressed_size = (int(size) for size in source[4:16].view("<u4"))
-        if compressed_size != source.nbytes:
-            raise ChunkDecodeError(f"the blosc header declares {compressed_size} bytes, found {source.nbytes}")
-        if expected_size is not None and decoded_size != expected_size:
-            raise ChunkDecodeError(f"the blosc header declares {decoded_size} decoded bytes, expected {expected_size}")
-        if decoded_size > max_size:
-            raise ChunkDecodeError(f"the blosc header declares {decoded_size} decoded bytes, over the limit {max_size}")
-        if flags & _MEMCPYED and compressed_size != decoded_size + _HEADER_SIZE:
-            raise ChunkDecodeError(
-                f"the blosc header declares {decoded_size} uncompressed bytes stored in {compressed_size}"
-            )
+        decoded_size = _check_header(source, expected_size, max_size)
         output = np.empty(decoded_size, dtype=np.uint8)
-        if decoded_size == 0:  # c-blosc reports an empty buffer as an error
-            return output
-        try:
-            numcodecs_blosc.decompress(source, output)
-        except (RuntimeError, ValueError) as error:
-            raise ChunkDecodeError(f"corrupt blosc data: {error}") from error
+        if decoded_size:  # c-blosc reports an empty buffer as an error
+            _decompress(source, output)
         return output
+
+    def decode_into(self, data: Buffer, out: np.ndarray) -> None:
+        source = as_uint8(data)
+        if _check_header(source, out.nbytes, out.nbytes):
+            _decompress(source, out)
+
+
+def _check_header(source: np.ndarray, expected_size: int | None, max_size: int) -> int:
+    """The decoded size the header declares, checked against the input and the expected sizes."""
+    if source.nbytes < _HEADER_SIZE:
+        raise ChunkDecodeError(f"truncated blosc header: {source.nbytes} bytes, expected at least {_HEADER_SIZE}")
+    flags = int(source[2])
+    decoded_size, _blocksize, compressed_size = (int(size) for size in source[4:16].view("<u4"))
+    if compressed_size != source.nbytes:
+        raise ChunkDecodeError(f"the blosc header declares {compressed_size} bytes, found {source.nbytes}")
+    if expected_size is not None and decoded_size != expected_size:
+        raise ChunkDecodeError(f"the blosc header declares {decoded_size} decoded bytes, expected {expected_size}")
+    if decoded_size > max_size:
+        raise ChunkDecodeError(f"the blosc header declares {decoded_size} decoded bytes, over the limit {max_size}")
+    if flags & _MEMCPYED and compressed_size != decoded_size + _HEADER_SIZE:
+        raise ChunkDecodeError(
+            f"the blosc header declares {decoded_size} uncompressed bytes stored in {compressed_size}"
+        )
+    return decoded_size
+
+
+def _decompress(source: np.ndarray, output: np.ndarray) -> None:
+    try:
+        numcodecs_blosc.decompress(source, output)
+    except (RuntimeError, ValueError) as error:
+        raise ChunkDecodeError(f"corrupt blosc data: {error}") from error

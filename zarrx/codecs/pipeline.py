@@ -130,6 +130,9 @@ class CodecPipeline:
     #: the most a bytes -> bytes codec may decode to when the size is not fixed
     max_size: int = field(default=DEFAULT_MAX_SIZE, compare=False)
     _plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: (what, shape, data type, fill value) already validated: arrays sharing a parsed pipeline
+    #: (zarrx.metadata.node memoizes them) validate each chunk spec once
+    _validated: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     @classmethod
     def from_codecs(
@@ -209,6 +212,20 @@ class CodecPipeline:
     def validate(self, spec: ChunkSpec, what: str = "chunk") -> None:
         """Raise MetadataError if the codecs cannot encode chunks of ``spec``, or such a chunk
         decoded whole would be too large (see :func:`check_chunk_size`; ``what`` names it)."""
+        try:
+            key = (what, spec.shape, spec.data_type, spec.fill_value, max_chunk_bytes())
+            hash(key)
+        except TypeError:  # an unhashable data type or fill value: validate every time
+            key = None
+        if key is not None and key in self._validated:
+            return
+        self._validate(spec, what)
+        if key is not None:
+            if len(self._validated) > 64:
+                self._validated.clear()
+            self._validated.add(key)
+
+    def _validate(self, spec: ChunkSpec, what: str) -> None:
         if self.decodes_whole or what != "chunk":  # nested pipelines (inner chunks) decode whole
             check_chunk_size(spec, what)
         for codec in self.array_array:
@@ -229,11 +246,29 @@ class CodecPipeline:
         """Size of every encoded chunk of ``spec`` when it is fixed (no compression), else None."""
         return self._decoded_sizes(self.resolve_specs(spec)[-1])[-1]
 
-    def encode(self, array: np.ndarray, spec: ChunkSpec, key: str | None = None) -> bytes:
-        """Encode one chunk of ``spec.shape``; ChunkEncodeError names the codec (and ``key`` if given)."""
+    def encode(
+        self, array: np.ndarray, spec: ChunkSpec, key: str | None = None, scratch: np.ndarray | None = None
+    ) -> bytes:
+        """Encode one chunk of ``spec.shape``; ChunkEncodeError names the codec (and ``key`` if given).
+
+        ``scratch``, a writeable C-contiguous array of the chunk's shape and dtype, is where a
+        non-contiguous ``array`` is gathered before a lone compressor reads it (instead of a fresh
+        copy per chunk); its contents are overwritten.
+        """
         array = np.asarray(array)
         if array.shape != spec.shape:
             raise ChunkEncodeError(f"{_chunk(key)}expected an array of shape {spec.shape}, found {array.shape}")
+        direct = self._plan(spec)[2]
+        if direct is not None and array.dtype == spec.dtype:
+            if not array.flags.c_contiguous:
+                if scratch is not None and scratch.shape == spec.shape and scratch.dtype == spec.dtype:
+                    np.copyto(scratch, array)
+                    array = scratch
+                else:
+                    array = np.ascontiguousarray(array)
+            with _encoding(key, direct):
+                data = direct.encode(array.reshape(-1).view(np.uint8))
+            return data if isinstance(data, bytes) else bytes(data)
         specs = self.resolve_specs(spec)
         for codec, codec_spec in zip(self.array_array, specs):
             with _encoding(key, codec):
@@ -245,28 +280,73 @@ class CodecPipeline:
                 data = codec.encode(data)
         return data if isinstance(data, bytes) else bytes(data)
 
-    def _plan(self, spec: ChunkSpec) -> tuple[list[ChunkSpec], list[int | None]]:
-        """The specs and bytes -> bytes sizes for ``spec``, computed once per spec object.
+    def _plan(self, spec: ChunkSpec) -> tuple[list[ChunkSpec], list[int | None], BytesBytesCodec | None]:
+        """The specs and bytes -> bytes sizes for ``spec``, and the codec of the fast path (or None),
+        computed once per spec object.
 
         Decoding thousands of chunks of one array reuses one plan instead of
         re-deriving it per chunk (the array's ChunkSpec is a single cached object).
         """
         cached = self._plans.get(id(spec))
         if cached is not None and cached[0] is spec:
-            return cached[1], cached[2]
+            return cached[1]
         specs = self.resolve_specs(spec)
         sizes = self._decoded_sizes(specs[-1])
+        plan = (specs, sizes, self._direct_codec(spec))
         if len(self._plans) > 64:
             self._plans.clear()
-        self._plans[id(spec)] = (spec, specs, sizes)  # holding spec keeps its id from being reused
-        return specs, sizes
+        self._plans[id(spec)] = (spec, plan)  # holding spec keeps its id from being reused
+        return plan
 
-    def decode(self, data: Any, spec: ChunkSpec, key: str) -> np.ndarray:
+    def _direct_codec(self, spec: ChunkSpec) -> BytesBytesCodec | None:
+        """The one compressor when the chunk is its decoded bytes as they are (``bytes`` in native
+        order, no array -> array codec) and it can decode into a caller's buffer: the fast path
+        of :meth:`decode` and :meth:`encode`, one codec call and no intermediate copy."""
+        from zarrx.codecs.bytes import BytesCodec
+
+        if self.array_array or len(self.bytes_bytes) != 1 or not self.bytes_bytes[0].decodes_into:
+            return None
+        if type(self.array_bytes) is not BytesCodec or spec.nbytes is None or spec.dtype.hasobject:
+            return None
+        if self.array_bytes._stored_dtype(spec) != spec.dtype:  # byte-swapped on disk
+            return None
+        return self.bytes_bytes[0]
+
+    @property
+    def threads_on_main_thread(self) -> bool:
+        """Whether a codec of the pipeline (or of a nested one) starts its own threads on the main thread."""
+        return any(
+            codec.threads_on_main_thread or getattr(getattr(codec, "codecs", None), "threads_on_main_thread", False)
+            for codec in self.codecs
+        )
+
+    def decodes_into(self, spec: ChunkSpec) -> bool:
+        """Whether :meth:`decode` decodes chunks of ``spec`` into a given ``out`` buffer."""
+        return self._plan(spec)[2] is not None
+
+    def decode(self, data: Any, spec: ChunkSpec, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """Decode one stored chunk to an array of exactly ``spec.shape`` and ``spec.dtype``.
+
+        ``out``, when given, is a writeable C-contiguous array of that shape and dtype that the
+        chunk may be decoded into (and then is the result): a reused scratch buffer, or the piece
+        of the caller's output the chunk maps onto. Codecs that cannot decode into it ignore it,
+        so callers copy the result unless it ``is out``.
 
         Raises ChunkDecodeError naming ``key`` and the failing codec for any corrupt input.
         """
-        specs, sizes = self._plan(spec)
+        specs, sizes, direct = self._plan(spec)
+        if direct is not None:
+            if out is None or out.shape != spec.shape or out.dtype != spec.dtype or not out.flags.c_contiguous:
+                out = np.empty(spec.shape, dtype=spec.dtype)
+            try:
+                direct.decode_into(data, out.reshape(-1).view(np.uint8))
+            except ChunkDecodeError as error:
+                raise ChunkDecodeError(f"chunk {key!r}: codec {direct.name!r}: {error}") from error
+            except Exception as error:
+                raise ChunkDecodeError(
+                    f"chunk {key!r}: codec {direct.name!r} failed to decode: {type(error).__name__}: {error}"
+                ) from error
+            return out
         codec: Codec = self.array_bytes
         # one try for the whole chain (cheaper than a context per codec); `codec` names the culprit
         try:

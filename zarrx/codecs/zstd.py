@@ -71,6 +71,8 @@ class ZstdCodec(BytesBytesCodec):
     def encode(self, data: Buffer) -> Buffer:
         return numcodecs_zstd.compress(as_uint8(data), self.level, self.checksum)
 
+    decodes_into = True
+
     def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
         source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
@@ -88,13 +90,25 @@ class ZstdCodec(BytesBytesCodec):
                 "refusing an unbounded decompression (rewrite the data with a zstd that records the content size)"
             )
         output = np.empty(output_size, dtype=np.uint8)
-        if content_size == 0:  # numcodecs fails on empty frames; a frame declaring 0 bytes holds nothing
-            return output
-        try:
-            numcodecs_zstd.decompress(source, output)
-        except (RuntimeError, ValueError) as error:
-            raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+        if content_size != 0:  # numcodecs fails on empty frames; a frame declaring 0 bytes holds nothing
+            _decompress(source, output)
         return output
+
+    def decode_into(self, data: Buffer, out: np.ndarray) -> None:
+        source = data if isinstance(data, bytes) else as_uint8(data)
+        content_size = frame_content_size(source)
+        # numcodecs accepts a larger buffer than the frame fills: the declared size must match
+        if content_size is not None and content_size != out.nbytes:
+            raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
+        if content_size != 0:
+            _decompress(source, out)
+
+
+def _decompress(source: Buffer, output: np.ndarray) -> None:
+    try:
+        numcodecs_zstd.decompress(source, output)
+    except (RuntimeError, ValueError) as error:
+        raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
 
 
 def frame_content_size(data: Buffer) -> int | None:
@@ -102,7 +116,7 @@ def frame_content_size(data: Buffer) -> int | None:
 
     Raises ChunkDecodeError when ``data`` does not start with a complete frame header.
     """
-    header = bytes(memoryview(data).cast("B")[:_MAX_HEADER_SIZE])
+    header = data[:_MAX_HEADER_SIZE] if isinstance(data, bytes) else bytes(memoryview(data).cast("B")[:_MAX_HEADER_SIZE])
     if len(header) < 5 or int.from_bytes(header[:4], "little") != _MAGIC:
         raise ChunkDecodeError("not a zstd frame (bad magic number or too short)")
     descriptor = header[4]

@@ -22,6 +22,7 @@ and ``declared_fill_value``.
 from __future__ import annotations
 
 import json
+import marshal
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -143,6 +144,47 @@ def _require(document: Mapping[str, Any], name: str) -> Any:
     return document[name]
 
 
+#: the fields arrays of one hierarchy usually share, parsed, by their JSON (see _parse_shared_fields)
+_SHARED_FIELDS = ("data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs")
+_shared_cache: dict[bytes, tuple[Any, ...]] = {}
+_SHARED_CACHE_SIZE = 256
+
+
+def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
+    """data type, chunk grid, chunk key encoding, fill value and codec pipeline of ``document``.
+
+    The many arrays of a hierarchy (200 variables of a dataset) mostly repeat these fields, and
+    parsing a codec list is most of the cost of opening an array, so the parsed values are
+    memoized by the fields' JSON. Every value is immutable (frozen dataclasses, NumPy scalars;
+    a pipeline's plan cache is keyed by chunk spec), so arrays can share them. The key tells JSON
+    values apart (1, 1.0, True and "1" differ), so equal keys mean equal documents (the key
+    is the fields' ``marshal`` serialization: lossless for JSON values, and 5x faster than repr).
+    """
+    try:
+        key = marshal.dumps(tuple(document[name] for name in _SHARED_FIELDS), 2)
+    except (KeyError, ValueError, TypeError):  # a field missing (reported below) or not JSON
+        key = None
+    cached = _shared_cache.get(key) if key is not None else None
+    if cached is not None:
+        return cached
+    data_type = parse_data_type(_require(document, "data_type"))
+    chunk_grid = parse_chunk_grid(_require(document, "chunk_grid"))
+    fill_value = data_type.fill_value_from_json(_require(document, "fill_value"))
+    codecs = CodecPipeline.from_json(_require(document, "codecs"))
+    if getattr(data_type, "legacy", False):
+        # legacy "structured" is written back as "struct", whose bytes codec must state
+        # the byte order the legacy rule implied (little); otherwise our own rewrite of
+        # a zarr-python array would not open
+        codecs = codecs.evolve_from_spec(ChunkSpec(chunk_grid.chunk_shape, data_type, fill_value))
+    chunk_key_encoding = parse_chunk_key_encoding(_require(document, "chunk_key_encoding"))
+    parsed = (data_type, chunk_grid, chunk_key_encoding, fill_value, codecs)
+    if key is not None:
+        if len(_shared_cache) >= _SHARED_CACHE_SIZE:
+            _shared_cache.clear()
+        _shared_cache[key] = parsed
+    return parsed
+
+
 @dataclass(frozen=True)
 class ArrayMetadata:
     shape: tuple[int, ...]
@@ -170,20 +212,12 @@ class ArrayMetadata:
             parse_zarr_format(_require(document, "zarr_format"))
             parse_node_type(_require(document, "node_type"), "array")
             shape = parse_shape(_require(document, "shape"), "shape")
-            data_type = parse_data_type(_require(document, "data_type"))
-            chunk_grid = parse_chunk_grid(_require(document, "chunk_grid"))
-            fill_value = data_type.fill_value_from_json(_require(document, "fill_value"))
-            codecs = CodecPipeline.from_json(_require(document, "codecs"))
-            if getattr(data_type, "legacy", False):
-                # legacy "structured" is written back as "struct", whose bytes codec must state
-                # the byte order the legacy rule implied (little); otherwise our own rewrite of
-                # a zarr-python array would not open
-                codecs = codecs.evolve_from_spec(ChunkSpec(chunk_grid.chunk_shape, data_type, fill_value))
+            data_type, chunk_grid, chunk_key_encoding, fill_value, codecs = _parse_shared_fields(document)
             return cls(
                 shape=shape,
                 data_type=data_type,
                 chunk_grid=chunk_grid,
-                chunk_key_encoding=parse_chunk_key_encoding(_require(document, "chunk_key_encoding")),
+                chunk_key_encoding=chunk_key_encoding,
                 fill_value=fill_value,
                 codecs=codecs,
                 attributes=parse_attributes(document.get("attributes")),

@@ -295,7 +295,7 @@ class ZarrxDataStore(AbstractDataStore):
         Arrays never opened (nor checked for dimension names).
     """
 
-    __slots__ = ("group", "use_zarr_fill_value_as_mask", "_drop", "_members")
+    __slots__ = ("group", "use_zarr_fill_value_as_mask", "_drop", "_members", "_codec_encodings")
 
     def __init__(
         self,
@@ -310,6 +310,8 @@ class ZarrxDataStore(AbstractDataStore):
         self.use_zarr_fill_value_as_mask = bool(use_zarr_fill_value_as_mask)
         self._drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
         self._members: dict[str, Array | Group] | None = None
+        #: codec_encoding by pipeline: the variables of a store mostly share one parsed pipeline
+        self._codec_encodings: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     @property
     def zarr_format(self) -> int:
@@ -343,7 +345,7 @@ class ZarrxDataStore(AbstractDataStore):
         }
         if array.dtype.kind == "T":
             encoding["dtype"] = array.dtype
-        encoding.update(codec_encoding(array))
+        encoding.update(self._codec_encoding(array))
         if self.use_zarr_fill_value_as_mask:
             if array.fill_value is not None:
                 attributes["_FillValue"] = array.fill_value
@@ -353,6 +355,14 @@ class ZarrxDataStore(AbstractDataStore):
             if "_FillValue" in attributes:
                 attributes["_FillValue"] = _decode_fill_value_attribute(attributes["_FillValue"], array.dtype)
         return Variable(dimensions, data, attributes, encoding)
+
+    def _codec_encoding(self, array: Array) -> dict[str, Any]:
+        pipeline = array.metadata.codecs
+        key = (id(pipeline), array.shards, _zarr_format(array))
+        cached = self._codec_encodings.get(key)
+        if cached is None or cached[0] is not pipeline:
+            cached = self._codec_encodings[key] = (pipeline, codec_encoding(array))
+        return dict(cached[1])
 
     def get_variables(self) -> FrozenDict:
         arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
