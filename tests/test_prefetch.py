@@ -101,3 +101,13 @@ def test_process_local_follows_the_wrapped_store(inner, tmp_path):
 
     assert PrefetchStore(inner, ["a"]).process_local
     assert not PrefetchStore(LocalStore(tmp_path), ["a"]).process_local
+
+
+def test_a_suffix_longer_than_the_value_gives_the_whole_value():
+    from zarrx.prefetch import PrefetchStore
+    from zarrx.storage import MemoryStore
+    from zarrx.storage.store import SuffixByteRequest
+
+    store = PrefetchStore(MemoryStore({"k": b"01234"}), ["k"])
+    assert store.get("k", SuffixByteRequest(8)) == b"01234"  # not the last 3 bytes
+    assert store.get_ranges([("k", SuffixByteRequest(2))]) == [b"34"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
-from zarrx.storage.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarrx.storage.memory import slice_value
+from zarrx.storage.store import ByteRequest, Store
 
 if TYPE_CHECKING:
     from zarrx.array import Array
@@ -26,19 +27,6 @@ __all__ = ["PrefetchStore", "read_together"]
 
 #: more bytes than this (decoded) in the arrays, and read_together leaves them alone
 MAX_PREFETCH_BYTES = 64 * 2**20
-
-
-def _cut(value: bytes, byte_range: ByteRequest | None) -> bytes:
-    match byte_range:
-        case None:
-            return value
-        case RangeByteRequest(start, end):
-            return value[start:end]
-        case OffsetByteRequest(offset):
-            return value[offset:]
-        case SuffixByteRequest(suffix):
-            return value[len(value) - suffix :] if suffix else b""
-    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
 
 
 class PrefetchStore(Store):
@@ -81,7 +69,7 @@ class PrefetchStore(Store):
         if key not in self._keys:
             return self.inner.get(key, byte_range)
         value = self._fetched().get(key)
-        return None if value is None else _cut(value, byte_range)
+        return None if value is None else slice_value(value, byte_range)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
         others = [key for key in keys if key not in self._keys]
@@ -99,7 +87,7 @@ class PrefetchStore(Store):
         for key, byte_range in requests:
             if key in self._keys:
                 value = values.get(key)
-                results.append(None if value is None else _cut(value, byte_range))
+                results.append(None if value is None else slice_value(value, byte_range))
             else:
                 results.append(next(answers))
         return results
