@@ -1,14 +1,56 @@
-"""A store wrapper that counts requests and bytes, for tests of I/O behaviour."""
+"""Store wrappers for tests of I/O behaviour: :class:`Wrapping` passes every call to the
+store it wraps (subclasses override what they watch), :class:`CountingStore` counts requests
+and bytes."""
 
 from zarrx.storage.store import Store
 
 
-class CountingStore(Store):
-    """Wraps a store; ``requests`` lists every read as ``(key, byte_range)``, ``batches`` the batch calls."""
+class Wrapping(Store):
+    """Passes every call, batch calls included, to ``inner``."""
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.read_only = inner.read_only
+
+    def get(self, key, byte_range=None):
+        return self.inner.get(key, byte_range)
+
+    def get_many(self, keys):
+        return self.inner.get_many(keys)
+
+    def get_ranges(self, requests):
+        return self.inner.get_ranges(requests)
+
+    def exists(self, key):
+        return self.inner.exists(key)
+
+    def set(self, key, value):
+        self.inner.set(key, value)
+
+    def set_many(self, items):
+        self.inner.set_many(items)
+
+    def delete(self, key):
+        self.inner.delete(key)
+
+    def delete_many(self, keys):
+        self.inner.delete_many(keys)
+
+    def delete_prefix(self, prefix):
+        self.inner.delete_prefix(prefix)
+
+    def list_prefix(self, prefix):
+        return self.inner.list_prefix(prefix)
+
+    def list_dir(self, prefix):
+        return self.inner.list_dir(prefix)
+
+
+class CountingStore(Wrapping):
+    """Wraps a store; ``requests`` lists every read as ``(key, byte_range)``, ``batches`` the batch calls."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
         self.reset()
 
     def reset(self) -> None:
@@ -47,17 +89,8 @@ class CountingStore(Store):
         self.writes.extend(items)
         self.inner.set_many(items)
 
-    def delete(self, key):
-        self.inner.delete(key)
-
-    def delete_many(self, keys):
-        self.inner.delete_many(keys)
-
-    def list_prefix(self, prefix):
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix):
-        return self.inner.list_dir(prefix)
+    def exists(self, key):
+        return self.get(key) is not None  # counted as the read it is
 
     def chunk_requests(self):
         return [(key, byte_range) for key, byte_range in self.requests if not key.endswith("zarr.json")]

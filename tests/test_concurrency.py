@@ -32,6 +32,7 @@ from zarrx.locks import chunk_lock
 from zarrx.storage import LocalStore, MemoryStore
 from zarrx.storage.store import Store
 from zarrx.verify import verify
+from tests.counting import Wrapping
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 
 SHAPE = (48, 48)
@@ -183,34 +184,17 @@ def test_dask_writes_that_share_a_chunk_are_refused_before_writing_or_rechunked(
     add(__name__, "dask region writes checked exact", 1)
 
 
-class SlowReads(Store):
+class SlowReads(Wrapping):
     """Wraps a store; every batch read waits, so writers that read-modify-write the same chunk overlap."""
 
     def __init__(self, inner: Store, delay: float = 0.1) -> None:
-        self.inner, self.delay = inner, delay
-
-    def get(self, key, byte_range=None):
-        return self.inner.get(key, byte_range)
+        super().__init__(inner)
+        self.delay = delay
 
     def get_many(self, keys):
         found = self.inner.get_many(keys)
         time.sleep(self.delay)
         return found
-
-    def set(self, key, value):
-        self.inner.set(key, value)
-
-    def set_many(self, items):
-        self.inner.set_many(items)
-
-    def delete(self, key):
-        self.inner.delete(key)
-
-    def list_prefix(self, prefix):
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix):
-        return self.inner.list_dir(prefix)
 
     def __hash__(self):
         return hash((SlowReads, self.inner))
@@ -311,32 +295,18 @@ def test_readers_during_writes_see_whole_old_or_new_chunks(store, kind):
     add(__name__, "reads during rewrites, every chunk whole", reads)
 
 
-class ReplaceBetweenReads(Store):
+class ReplaceBetweenReads(Wrapping):
     """Wraps a store; calls ``replace()`` once, between a reader's first and second batch of ranges."""
 
     def __init__(self, inner: Store, replace) -> None:
-        self.inner, self.replace, self.calls = inner, replace, 0
-
-    def get(self, key, byte_range=None):
-        return self.inner.get(key, byte_range)
+        super().__init__(inner)
+        self.replace, self.calls = replace, 0
 
     def get_ranges(self, requests):
         self.calls += 1
         if self.calls == 2:
             self.replace()
         return self.inner.get_ranges(requests)
-
-    def set(self, key, value):
-        self.inner.set(key, value)
-
-    def delete(self, key):
-        self.inner.delete(key)
-
-    def list_prefix(self, prefix):
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix):
-        return self.inner.list_dir(prefix)
 
 
 def test_a_partial_shard_read_while_the_shard_is_replaced_reads_whole_inner_chunks(store):

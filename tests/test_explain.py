@@ -10,13 +10,14 @@ from zarrx.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarrx.errors import UsageError
 from zarrx.explain import Explanation, explain
 from zarrx.storage import MemoryStore, RangeByteRequest, Store, SuffixByteRequest
+from tests.counting import Wrapping
 
 
-class BatchRecorder(Store):
+class BatchRecorder(Wrapping):
     """Records every store call as one batch: a list of ``(key, byte_range)``."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.batches: list[list[tuple[str, object]]] = []
 
     def get(self, key, byte_range=None):
@@ -31,20 +32,8 @@ class BatchRecorder(Store):
         self.batches.append(list(requests))
         return self.inner.get_ranges(requests)
 
-    def set(self, key, value):
-        self.inner.set(key, value)
-
-    def set_many(self, items):
-        self.inner.set_many(items)
-
-    def delete(self, key):
-        self.inner.delete(key)
-
-    def list_prefix(self, prefix):
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix):
-        return self.inner.list_dir(prefix)
+    def exists(self, key):
+        return self.get(key) is not None  # a read, recorded
 
 
 def _planned_batches(plan: Explanation) -> list[list[tuple[str, object]]]:
