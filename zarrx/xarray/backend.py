@@ -57,6 +57,7 @@ from zarrx.group import Group
 from zarrx.prefetch import read_together
 from zarrx.storage import make_store
 from zarrx.storage.store import Store
+from zarrx.xarray.encoding import codec_encoding
 
 __all__ = [
     "DIMENSION_KEY",
@@ -227,47 +228,6 @@ def _is_dimension_coordinate(name: str, array: Array) -> bool:
     except MetadataError:
         return False
     return dimensions == (name,)
-
-
-def _codec_json(codec: Any) -> Any:
-    return codec.to_json() if hasattr(codec, "to_json") else codec
-
-
-def _numcodec(config: Any) -> Any:
-    """A v2 codec configuration as the numcodecs object zarr-python reports (the JSON if unknown)."""
-    try:
-        import numcodecs
-
-        return numcodecs.get_codec(dict(config))
-    except Exception:  # an id numcodecs does not know: the JSON still describes it
-        return config
-
-
-def codec_encoding(array: Array) -> dict[str, Any]:
-    """``compressors``, ``filters``, ``shards`` and (v3) ``serializer`` of the array, as xarray's
-    encoding keys. v3 codecs are JSON (``{"name": ..., "configuration": ...}``), which zarrx and
-    zarr-python both accept back; for a sharded array they are the inner chunks' codecs, as
-    ``create_array(shards=...)`` takes them. v2 codecs are numcodecs objects, as engine="zarr" gives."""
-    pipeline = array.metadata.codecs
-    serializer = pipeline.array_bytes
-    if _zarr_format(array) == 2 or getattr(serializer, "name", None) == "zarr-v2":  # v2 and the 2022 draft
-        compressor = getattr(serializer, "compressor", None)
-        return {
-            "compressors": () if compressor is None else (_numcodec(compressor),),
-            "filters": tuple(_numcodec(f) for f in getattr(serializer, "filters", ()) or ()),
-            "shards": None,
-        }
-    filters, compressors = tuple(pipeline.array_array), tuple(pipeline.bytes_bytes)
-    if array.shards is not None:
-        inner = serializer.codecs
-        filters += tuple(inner.array_array)
-        serializer, compressors = inner.array_bytes, tuple(inner.bytes_bytes)
-    return {
-        "compressors": tuple(_codec_json(c) for c in compressors),
-        "filters": tuple(_codec_json(c) for c in filters),
-        "shards": array.shards,
-        "serializer": _codec_json(serializer),
-    }
 
 
 def _decode_fill_value_attribute(value: Any, dtype: np.dtype) -> Any:

@@ -28,30 +28,12 @@ from xarray.namedarray.pycompat import is_chunked_array
 
 import zarrx
 from zarrx.array import Array
-from zarrx.codecs import Codec
 from zarrx.errors import ChunkAlignmentError, UsageError
 from zarrx.group import Group
 from zarrx.xarray.backend import DIMENSION_KEY, ZarrxDataStore
+from zarrx.xarray.encoding import codecs_argument
 
 __all__ = ["DatasetWriter", "WriteOptions"]
-
-#: v2 object codecs: in v3 the serializer handles strings, so they are dropped from filters
-OBJECT_CODECS = {"vlen-utf8", "vlen-bytes", "vlen-array"}
-#: numcodecs compressors written as the v3 codec of the same algorithm: id -> (name, configuration)
-V3_EQUIVALENTS = {
-    "zstd": lambda c: ("zstd", {"level": c.get("level", 0), "checksum": c.get("checksum", False)}),
-    "gzip": lambda c: ("gzip", {"level": c.get("level", 1)}),
-    "blosc": lambda c: (
-        "blosc",
-        {
-            "cname": c.get("cname", "lz4"),
-            "clevel": c.get("clevel", 5),
-            "shuffle": {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "shuffle"}[c.get("shuffle", 1)],
-            "blocksize": c.get("blocksize", 0),
-        },
-    ),
-}
-
 
 @dataclass
 class WriteOptions:
@@ -271,7 +253,7 @@ class DatasetWriter:
         }
         for key in ("compressors", "filters", "serializer"):
             if key in encoding:
-                kwargs[key] = _codecs_argument(encoding[key], self.zarr_format, key)
+                kwargs[key] = codecs_argument(encoding[key], self.zarr_format, key)
         if encoding.get("chunk_key_encoding") is not None:
             kwargs["chunk_key_encoding"] = encoding["chunk_key_encoding"]
         write_empty = encoding.get("write_empty_chunks")
@@ -374,41 +356,3 @@ def _check_region_on_grid(array: Array, selection: tuple[slice, ...]) -> None:
                 f"{kind}; choose region bounds that are multiples of {size}, or pass safe_chunks=False to "
                 "accept the risk of concurrent region writes"
             )
-
-
-def _codecs_argument(value: Any, zarr_format: int, key: str) -> Any:
-    """Codecs from an encoding (zarrx codecs, JSON, zarr-python or numcodecs objects) as
-    :func:`zarrx.create_array` takes them."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        codecs = [_codec_argument(codec, zarr_format) for codec in value]
-        if zarr_format == 3 and key == "filters":
-            codecs = [c for c in codecs if not (isinstance(c, Mapping) and c.get("name") in OBJECT_CODECS)]
-        return codecs
-    return _codec_argument(value, zarr_format)
-
-
-def _codec_argument(codec: Any, zarr_format: int) -> Any:
-    if isinstance(codec, Codec):
-        return codec
-    if isinstance(codec, Mapping):
-        if zarr_format == 3 and "id" in codec:  # a numcodecs configuration
-            return _numcodecs_to_v3(dict(codec))
-        return codec
-    if hasattr(codec, "to_dict"):  # a zarr-python v3 codec
-        return codec.to_dict()
-    if hasattr(codec, "get_config"):  # a numcodecs codec
-        config = dict(codec.get_config())
-        return _numcodecs_to_v3(config) if zarr_format == 3 else config
-    return codec
-
-
-def _numcodecs_to_v3(config: dict[str, Any]) -> dict[str, Any]:
-    codec_id = config.pop("id")
-    if codec_id in OBJECT_CODECS:
-        return {"name": codec_id}
-    if codec_id in V3_EQUIVALENTS:
-        name, configuration = V3_EQUIVALENTS[codec_id](config)
-        return {"name": name, "configuration": configuration}
-    return {"name": f"numcodecs.{codec_id}", "configuration": config}
