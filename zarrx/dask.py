@@ -36,7 +36,7 @@ import dataclasses
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import dask
 import dask.array as da
@@ -49,15 +49,14 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArrayBlockwiseDep
 
 from zarrx.array import Array
-from zarrx.errors import ChunkAlignmentError, ReadOnlyError, StoreError, UsageError
+from zarrx.block_alignment import align_blocks, first_bad_boundary, regular_size
+from zarrx.errors import ReadOnlyError, StoreError, UsageError
 from zarrx.metadata.node import ArrayMetadata
 from zarrx.storage.store import Store
 
 __all__ = ["ArrayHandle", "BlockSelections", "array_to_dask", "from_zarr", "to_zarr"]
 
 ALIGN_CHOICES = ("error", "rechunk")
-#: conflicting block pairs spelled out in a ChunkAlignmentError message
-MAX_CONFLICTS_SHOWN = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,18 +103,10 @@ class ArrayHandle:
         return (type(self.store).__qualname__, repr(self.store), self.path, self.metadata.to_bytes())
 
 
-def _regular_size(sizes: tuple[int, ...]) -> int | None:
-    """The block size along an axis whose blocks are all that size but a smaller last one, else None."""
-    first, same = sizes[0], sizes.count(sizes[0])
-    if same == len(sizes) or (same == len(sizes) - 1 and sizes[-1] < first):
-        return first
-    return None
-
-
 def _chunks_token(chunks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
     """A short stand-in for ``chunks`` when tokenizing: a regular axis by its size, count and last block."""
     return tuple(
-        (size, len(sizes), sizes[-1]) if (size := _regular_size(sizes)) is not None else sizes for sizes in chunks
+        (size, len(sizes), sizes[-1]) if (size := regular_size(sizes)) is not None else sizes for sizes in chunks
     )
 
 
@@ -128,7 +119,7 @@ class BlockSelections(ArrayBlockwiseDep):
 
     def __init__(self, chunks: tuple[tuple[int, ...], ...]) -> None:
         super().__init__(chunks)
-        self.sizes = tuple(_regular_size(sizes) for sizes in chunks)
+        self.sizes = tuple(regular_size(sizes) for sizes in chunks)
         self.starts = tuple(
             None if size is not None else np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
             for size, sizes in zip(self.sizes, chunks)
@@ -252,7 +243,7 @@ def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
         raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
     inner = array.chunks
     for axis, (sizes, chunk) in enumerate(zip(blocks, inner)):
-        boundary = _first_bad_boundary(sizes, 0, chunk)
+        boundary = first_bad_boundary(sizes, 0, chunk)
         if boundary is not None:
             multiple = tuple(max(c, (b[0] // c) * c) for b, c in zip(blocks, inner))
             raise UsageError(
@@ -262,71 +253,6 @@ def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
                 f"use a multiple such as chunks={multiple}"
             )
     return blocks
-
-
-# -- alignment -----------------------------------------------------------------------------
-def _boundaries(sizes: Sequence[int], offset: int) -> np.ndarray:
-    """Positions (in the array) where one block ends and the next begins."""
-    return offset + np.cumsum(np.asarray(sizes[:-1], dtype=np.int64))
-
-
-def _first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: int) -> int | None:
-    """The first block boundary that falls inside a chunk, or None."""
-    if len(sizes) < 2:
-        return None
-    size = _regular_size(sizes)
-    if size is not None and size % chunk == 0 and offset % chunk == 0:
-        return None  # the common case, without a table of boundaries
-    boundaries = _boundaries(sizes, offset)
-    bad = np.flatnonzero(boundaries % chunk)
-    return int(boundaries[bad[0]]) if bad.size else None
-
-
-@dataclass(frozen=True)
-class _Conflict:
-    """Two blocks, adjacent along ``axis``, whose boundary ``position`` falls inside a chunk."""
-
-    axis: int
-    block: int  # the boundary is between blocks ``block`` and ``block + 1`` along the axis
-    position: int
-
-
-def _conflicts(
-    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[int, ...]
-) -> tuple[list[_Conflict], int]:
-    """Block boundaries that fall inside chunks (a few of them) and how many block pairs share a chunk."""
-    found, pairs = [], 0
-    numblocks = [len(sizes) for sizes in blocks]
-    for axis, (sizes, offset, chunk) in enumerate(zip(blocks, offsets, unit)):
-        if _first_bad_boundary(sizes, offset, chunk) is None:
-            continue
-        boundaries = _boundaries(sizes, offset)
-        bad = np.flatnonzero(boundaries % chunk)
-        pairs += int(bad.size) * math.prod(n for i, n in enumerate(numblocks) if i != axis)
-        found += [_Conflict(axis, int(i), int(boundaries[i])) for i in bad[:MAX_CONFLICTS_SHOWN]]
-    return found, pairs
-
-
-def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[int, ...], kind: str) -> str:
-    axis, ndim = conflict.axis, len(unit)
-    first = tuple(conflict.block if i == axis else 0 for i in range(ndim))
-    second = tuple(conflict.block + 1 if i == axis else 0 for i in range(ndim))
-    shared = tuple(conflict.position // unit[i] if i == axis else offsets[i] // unit[i] for i in range(ndim))
-    where = f"their boundary is at {conflict.position} on axis {axis}"
-    return f"blocks {first} and {second} both write {kind} {shared} ({where})"
-
-
-def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: int) -> tuple[int, ...]:
-    """Block sizes covering ``sum(sizes)`` elements from ``offset`` whose boundaries are multiples of
-    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``)."""
-    length = sum(sizes)
-    step = chunk * max(1, max(sizes) // chunk)
-    out, position, stop = [], offset, offset + length
-    while position < stop:
-        end = min(stop, (position // step + 1) * step)
-        out.append(end - position)
-        position = end
-    return tuple(out) or (0,)
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -415,7 +341,7 @@ def to_zarr(
         if array.read_only:
             raise ReadOnlyError(f"array {array.name!r} was opened read-only; open it with mode='r+' to write to it")
         offsets = _parse_region(() if region is None else region, array, x.shape)
-    x = _align_blocks(x, array, offsets, align)
+    x = align_blocks(x, array, offsets, align)
 
     handle = dataclasses.replace(ArrayHandle.from_array(array), for_writing=True)
     # Writes are side effects: a name of their own each time, so dask never takes a repeated
@@ -493,27 +419,3 @@ def _parse_region(region: Any, array: Array, shape: tuple[int, ...]) -> tuple[in
             f"but the dask array has shape {shape}"
         )
     return tuple(starts)
-
-
-def _align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str) -> da.Array:
-    """``x`` itself when no two blocks share a stored object, rechunked onto the grid for ``align="rechunk"``."""
-    unit = array.shards or array.chunks
-    conflicts, pairs = _conflicts(x.chunks, offsets, unit)
-    if not conflicts:
-        return x
-    if align == "rechunk":
-        bad_axes = {conflict.axis for conflict in conflicts}
-        return x.rechunk(
-            tuple(
-                _aligned_sizes(sizes, offset, chunk) if axis in bad_axes else sizes
-                for axis, (sizes, offset, chunk) in enumerate(zip(x.chunks, offsets, unit))
-            )
-        )
-    kind = "shard" if array.shards else "chunk"
-    examples = "; ".join(_describe(conflict, offsets, unit, kind) for conflict in conflicts)
-    where = f" starting at {offsets}" if any(offsets) else ""
-    raise ChunkAlignmentError(
-        f"cannot write the dask array to {array.name!r} in parallel: {pairs} pair(s) of its blocks would write "
-        f"the same {kind} ({kind} shape {unit}), e.g. {examples}. Rechunk the dask array so that its blocks "
-        f"are multiples of {unit} on the {kind} grid{where}, or pass align='rechunk'"
-    )

@@ -1,0 +1,122 @@
+"""Dask blocks against a Zarr chunk grid: which block boundaries fall inside a stored object.
+
+Parallel writes are only safe when no two dask blocks touch one stored object (a chunk, or a
+shard for a sharded array), so :func:`align_blocks` checks a dask array's block boundaries
+against the grid: it returns the array as it is, rechunks it onto the grid
+(``align="rechunk"``), or raises :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the
+conflicting block pairs and the object they share. :func:`first_bad_boundary` is the check
+alone, for reads whose blocks must be multiples of the chunk shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import dask.array as da
+import numpy as np
+
+from zarrx.array import Array
+from zarrx.errors import ChunkAlignmentError
+
+__all__ = ["align_blocks", "first_bad_boundary", "regular_size"]
+
+#: conflicting block pairs spelled out in a ChunkAlignmentError message
+MAX_CONFLICTS_SHOWN = 3
+
+
+def regular_size(sizes: tuple[int, ...]) -> int | None:
+    """The block size along an axis whose blocks are all that size but a smaller last one, else None."""
+    first, same = sizes[0], sizes.count(sizes[0])
+    if same == len(sizes) or (same == len(sizes) - 1 and sizes[-1] < first):
+        return first
+    return None
+
+
+def _boundaries(sizes: Sequence[int], offset: int) -> np.ndarray:
+    """Positions (in the array) where one block ends and the next begins."""
+    return offset + np.cumsum(np.asarray(sizes[:-1], dtype=np.int64))
+
+
+def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: int) -> int | None:
+    """The first block boundary that falls inside a chunk, or None."""
+    if len(sizes) < 2:
+        return None
+    size = regular_size(sizes)
+    if size is not None and size % chunk == 0 and offset % chunk == 0:
+        return None  # the common case, without a table of boundaries
+    boundaries = _boundaries(sizes, offset)
+    bad = np.flatnonzero(boundaries % chunk)
+    return int(boundaries[bad[0]]) if bad.size else None
+
+
+@dataclass(frozen=True)
+class _Conflict:
+    """Two blocks, adjacent along ``axis``, whose boundary ``position`` falls inside a chunk."""
+
+    axis: int
+    block: int  # the boundary is between blocks ``block`` and ``block + 1`` along the axis
+    position: int
+
+
+def _conflicts(
+    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[int, ...]
+) -> tuple[list[_Conflict], int]:
+    """Block boundaries that fall inside chunks (a few of them) and how many block pairs share a chunk."""
+    found, pairs = [], 0
+    numblocks = [len(sizes) for sizes in blocks]
+    for axis, (sizes, offset, chunk) in enumerate(zip(blocks, offsets, unit)):
+        if first_bad_boundary(sizes, offset, chunk) is None:
+            continue
+        boundaries = _boundaries(sizes, offset)
+        bad = np.flatnonzero(boundaries % chunk)
+        pairs += int(bad.size) * math.prod(n for i, n in enumerate(numblocks) if i != axis)
+        found += [_Conflict(axis, int(i), int(boundaries[i])) for i in bad[:MAX_CONFLICTS_SHOWN]]
+    return found, pairs
+
+
+def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[int, ...], kind: str) -> str:
+    axis, ndim = conflict.axis, len(unit)
+    first = tuple(conflict.block if i == axis else 0 for i in range(ndim))
+    second = tuple(conflict.block + 1 if i == axis else 0 for i in range(ndim))
+    shared = tuple(conflict.position // unit[i] if i == axis else offsets[i] // unit[i] for i in range(ndim))
+    where = f"their boundary is at {conflict.position} on axis {axis}"
+    return f"blocks {first} and {second} both write {kind} {shared} ({where})"
+
+
+def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: int) -> tuple[int, ...]:
+    """Block sizes covering ``sum(sizes)`` elements from ``offset`` whose boundaries are multiples of
+    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``)."""
+    length = sum(sizes)
+    step = chunk * max(1, max(sizes) // chunk)
+    out, position, stop = [], offset, offset + length
+    while position < stop:
+        end = min(stop, (position // step + 1) * step)
+        out.append(end - position)
+        position = end
+    return tuple(out) or (0,)
+
+
+def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str) -> da.Array:
+    """``x`` itself when no two blocks share a stored object, rechunked onto the grid for ``align="rechunk"``."""
+    unit = array.shards or array.chunks
+    conflicts, pairs = _conflicts(x.chunks, offsets, unit)
+    if not conflicts:
+        return x
+    if align == "rechunk":
+        bad_axes = {conflict.axis for conflict in conflicts}
+        return x.rechunk(
+            tuple(
+                _aligned_sizes(sizes, offset, chunk) if axis in bad_axes else sizes
+                for axis, (sizes, offset, chunk) in enumerate(zip(x.chunks, offsets, unit))
+            )
+        )
+    kind = "shard" if array.shards else "chunk"
+    examples = "; ".join(_describe(conflict, offsets, unit, kind) for conflict in conflicts)
+    where = f" starting at {offsets}" if any(offsets) else ""
+    raise ChunkAlignmentError(
+        f"cannot write the dask array to {array.name!r} in parallel: {pairs} pair(s) of its blocks would write "
+        f"the same {kind} ({kind} shape {unit}), e.g. {examples}. Rechunk the dask array so that its blocks "
+        f"are multiples of {unit} on the {kind} grid{where}, or pass align='rechunk'"
+    )
