@@ -6,8 +6,8 @@ and ``xr.open_groups(url, engine="zarrx")`` work once zarrx is installed.
 
 The backend is an adapter, nothing more:
 
-* :class:`ZarrxDataStore` is an ``xarray.backends.AbstractDataStore`` over one
-  :class:`zarrx.Group`. It lists the group once (one listing and one batched metadata read,
+* :class:`ZarrxDataStore` (:mod:`zarrx.xarray.store`) is an
+  ``xarray.backends.AbstractDataStore`` over one :class:`zarrx.Group`. It lists the group once (one listing and one batched metadata read,
   or nothing at all when the group came from consolidated metadata) and turns each array
   into an undecoded ``xarray.Variable``: dimension names from v3 ``dimension_names`` (or
   the ``_ARRAY_DIMENSIONS`` attribute), attributes, and an ``encoding`` with ``chunks``,
@@ -36,29 +36,27 @@ writers accept.
 from __future__ import annotations
 
 import os
-import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-from xarray.backends.common import AbstractDataStore, BackendArray, BackendEntrypoint
+from xarray.backends.common import BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
-from xarray.backends.zarr import FillValueCoder
-from xarray.core import indexing
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
-from xarray.core.utils import FrozenDict
-from xarray.core.variable import Variable
 
 import zarrx
-from zarrx.array import Array
 from zarrx.errors import MetadataError, NodeNotFoundError
 from zarrx.group import Group
-from zarrx.prefetch import read_together
 from zarrx.storage import make_store
 from zarrx.storage.store import Store
-from zarrx.xarray.encoding import codec_encoding
+from zarrx.xarray.store import (
+    DIMENSION_KEY,
+    MissingDimensionsError,
+    ZarrxBackendArray,
+    ZarrxDataStore,
+)
 
+#: the store's names are re-exported: they were defined here first
 __all__ = [
     "DIMENSION_KEY",
     "MissingDimensionsError",
@@ -68,23 +66,13 @@ __all__ = [
     "open_zarrx_group",
 ]
 
-#: the attribute xarray stores Zarr v2 dimension names in
-DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 #: metadata documents whose path names a Zarr node (``guess_can_open`` and opening a document path)
 METADATA_NAMES = ("zarr.json", ".zgroup", ".zarray", ".zmetadata", ".zattrs")
-
-
-class MissingDimensionsError(MetadataError):
-    """An array has neither v3 ``dimension_names`` nor a ``_ARRAY_DIMENSIONS`` attribute."""
 
 
 # -- opening ---------------------------------------------------------------------------------------
 def _group_path(group: str | None) -> str:
     return "" if group is None else str(group).strip("/")
-
-
-def _zarr_format(node: Array | Group) -> int:
-    return getattr(node.metadata, "zarr_format", 3)
 
 
 def open_zarrx_group(
@@ -147,214 +135,6 @@ def _store_argument(store: Any) -> Any:
         if tail in METADATA_NAMES and head:
             return head
     return store
-
-
-# -- arrays ----------------------------------------------------------------------------------------
-#: the zarrx method for each kind of key xarray hands a backend array
-_SELECTIONS = {
-    indexing.BasicIndexer: "get_basic_selection",
-    indexing.OuterIndexer: "get_orthogonal_selection",
-    indexing.VectorizedIndexer: "get_coordinate_selection",
-}
-
-
-class ZarrxBackendArray(BackendArray):
-    """A :class:`zarrx.Array` as an xarray backend array (wrapped in ``LazilyIndexedArray``).
-
-    Outer and vectorized keys are read natively (``oindex``/``vindex``); only a vectorized key
-    mixing slices and arrays is read as its outer bounding selection, then indexed in memory.
-    """
-
-    __slots__ = ("_array", "dtype", "shape")
-
-    def __init__(self, array: Array) -> None:
-        self._array = array
-        self.shape = array.shape
-        self.dtype = array.dtype
-
-    def get_array(self) -> Array:
-        return self._array
-
-    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        kind = type(key)
-        support = indexing.IndexingSupport.VECTORIZED
-        if kind is indexing.VectorizedIndexer and any(isinstance(item, slice) for item in key.tuple):
-            kind, support = indexing.OuterIndexer, indexing.IndexingSupport.OUTER
-        method = getattr(self._array, _SELECTIONS[kind])
-        result = indexing.explicit_indexing_adapter(key, self.shape, support, lambda raw: method(raw or Ellipsis))
-        # integer-only keys give NumPy scalars (or str); xarray wants arrays of the array's dtype
-        return result if isinstance(result, np.ndarray) else np.asarray(result, dtype=self.dtype)
-
-
-# -- variables -------------------------------------------------------------------------------------
-def _is_nc_attribute(name: str) -> bool:
-    return name.lower().startswith("_nc")
-
-
-def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """The array's dimension names and its user attributes (``_ARRAY_DIMENSIONS`` hidden).
-
-    Dimension names come from v3 ``dimension_names`` when every dimension has one, else from
-    the ``_ARRAY_DIMENSIONS`` attribute (v2, and v3 data written by v2-minded tools); a 0-d
-    array needs none. Otherwise :class:`MissingDimensionsError` names the array.
-    """
-    attributes = dict(array.attrs)
-    stored = attributes.pop(DIMENSION_KEY, None)
-    if _zarr_format(array) == 2:
-        attributes = {k: v for k, v in attributes.items() if not _is_nc_attribute(k)}
-    names = array.dimension_names
-    if names is not None and len(names) == array.ndim and all(isinstance(n, str) for n in names):
-        return tuple(names), attributes
-    if isinstance(stored, (list, tuple)) and len(stored) == array.ndim and all(isinstance(n, str) for n in stored):
-        return tuple(stored), attributes
-    if array.ndim == 0:
-        return (), attributes
-    found = f"dimension_names={list(names)!r}" if names is not None else "no dimension_names"
-    if stored is not None:
-        found += f" and {DIMENSION_KEY}={stored!r}"
-    raise MissingDimensionsError(
-        f"array {array.name!r} in {array.store!r} (shape {array.shape}) has {found}: xarray needs one name per "
-        f"dimension. Give it v3 dimension_names (or the {DIMENSION_KEY} attribute for Zarr v2), "
-        f"or skip it with drop_variables=[{array.basename!r}]"
-    )
-
-
-def _is_dimension_coordinate(name: str, array: Array) -> bool:
-    """Whether ``array`` is a 1-d coordinate named after its dimension (xarray makes it an index)."""
-    if array.ndim != 1:
-        return False
-    try:
-        dimensions, _ = dimensions_and_attributes(array)
-    except MetadataError:
-        return False
-    return dimensions == (name,)
-
-
-def _decode_fill_value_attribute(value: Any, dtype: np.dtype) -> Any:
-    """The ``_FillValue`` attribute as xarray's zarr engine decodes it for v3 (floats are base64).
-
-    A value in another form (a plain number written by another tool) is kept as it is, where
-    xarray would raise."""
-    try:
-        return FillValueCoder.decode(value, dtype)
-    except (TypeError, ValueError, struct.error):
-        return value
-
-
-class ZarrxDataStore(AbstractDataStore):
-    """One :class:`zarrx.Group` as an xarray data store (undecoded variables and attributes).
-
-    Parameters
-    ----------
-    group
-        The group; its children are listed once, on first use.
-    use_zarr_fill_value_as_mask
-        Treat each array's Zarr ``fill_value`` as its CF ``_FillValue``. None: True for Zarr v2,
-        False for v3 (xarray's defaults).
-    drop_variables
-        Arrays never opened (nor checked for dimension names).
-    """
-
-    __slots__ = ("group", "use_zarr_fill_value_as_mask", "_drop", "_members", "_codec_encodings")
-
-    def __init__(
-        self,
-        group: Group,
-        *,
-        use_zarr_fill_value_as_mask: bool | None = None,
-        drop_variables: str | Iterable[str] | None = None,
-    ) -> None:
-        self.group = group
-        if use_zarr_fill_value_as_mask is None:
-            use_zarr_fill_value_as_mask = _zarr_format(group) == 2
-        self.use_zarr_fill_value_as_mask = bool(use_zarr_fill_value_as_mask)
-        self._drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
-        self._members: dict[str, Array | Group] | None = None
-        #: codec_encoding by pipeline: the variables of a store mostly share one parsed pipeline
-        self._codec_encodings: dict[int, tuple[Any, dict[str, Any]]] = {}
-
-    @property
-    def zarr_format(self) -> int:
-        return _zarr_format(self.group)
-
-    @property
-    def members(self) -> dict[str, Array | Group]:
-        """The group's children by name, read once."""
-        if self._members is None:
-            self._members = dict(self.group.members())
-        return self._members
-
-    @property
-    def arrays(self) -> dict[str, Array]:
-        return {name: node for name, node in self.members.items() if isinstance(node, Array)}
-
-    @property
-    def groups(self) -> dict[str, Group]:
-        return {name: node for name, node in self.members.items() if isinstance(node, Group)}
-
-    def open_store_variable(self, name: str, array: Array | None = None) -> Variable:
-        """The array ``name`` as an undecoded, lazily indexed ``xarray.Variable``."""
-        array = self.arrays[name] if array is None else array
-        dimensions, attributes = dimensions_and_attributes(array)
-        data = indexing.LazilyIndexedArray(ZarrxBackendArray(array))
-        # dask blocks follow the stored objects: the shards of a sharded array, else its chunks
-        stored = array.shards or array.chunks
-        encoding: dict[str, Any] = {
-            "chunks": array.chunks,
-            "preferred_chunks": dict(zip(dimensions, stored)),
-        }
-        if array.dtype.kind == "T":
-            encoding["dtype"] = array.dtype
-        encoding.update(self._codec_encoding(array))
-        if self.use_zarr_fill_value_as_mask:
-            if array.fill_value is not None:
-                attributes["_FillValue"] = array.fill_value
-        else:
-            if self.zarr_format == 3:
-                encoding["fill_value"] = array.fill_value
-            if "_FillValue" in attributes:
-                attributes["_FillValue"] = _decode_fill_value_attribute(attributes["_FillValue"], array.dtype)
-        return Variable(dimensions, data, attributes, encoding)
-
-    def _codec_encoding(self, array: Array) -> dict[str, Any]:
-        pipeline = array.metadata.codecs
-        key = (id(pipeline), array.shards, _zarr_format(array))
-        cached = self._codec_encodings.get(key)
-        if cached is None or cached[0] is not pipeline:
-            cached = self._codec_encodings[key] = (pipeline, codec_encoding(array))
-        return dict(cached[1])
-
-    def get_variables(self) -> FrozenDict:
-        arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
-        # xarray reads every dimension coordinate to build its indexes, one after another:
-        # the first of those reads fetches them all in one batch (one round trip, not one each)
-        indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
-        arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
-        return FrozenDict((name, self.open_store_variable(name, array)) for name, array in arrays.items())
-
-    def get_attrs(self) -> dict[str, Any]:
-        return {k: v for k, v in self.group.attrs.asdict().items() if not _is_nc_attribute(k)}
-
-    def get_dimensions(self) -> dict[str, int]:
-        dimensions: dict[str, int] = {}
-        for name, array in self.arrays.items():
-            names, _ = dimensions_and_attributes(array)
-            for dim, size in zip(names, array.shape):
-                if dimensions.setdefault(dim, size) != size:
-                    raise ValueError(
-                        f"found conflicting lengths for dimension {dim!r} ({size} in array {name!r} != "
-                        f"{dimensions[dim]})"
-                    )
-        return dimensions
-
-    def walk(self, path: str = "/") -> Iterator[tuple[str, "ZarrxDataStore"]]:
-        """``(path, store)`` for this group and every group below it, depth first."""
-        yield path, self
-        for name, child in self.groups.items():
-            store = ZarrxDataStore(
-                child, use_zarr_fill_value_as_mask=self.use_zarr_fill_value_as_mask, drop_variables=self._drop
-            )
-            yield from store.walk(f"{path.rstrip('/')}/{name}")
 
 
 # -- the entry point -------------------------------------------------------------------------------

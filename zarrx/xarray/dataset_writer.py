@@ -30,7 +30,7 @@ import zarrx
 from zarrx.array import Array
 from zarrx.errors import ChunkAlignmentError, UsageError
 from zarrx.group import Group
-from zarrx.xarray.backend import DIMENSION_KEY, ZarrxDataStore
+from zarrx.xarray.store import DIMENSION_KEY, ZarrxDataStore
 from zarrx.xarray.encoding import codecs_argument
 
 __all__ = ["DatasetWriter", "WriteOptions"]
