@@ -7,9 +7,9 @@ and ``xr.open_groups(url, engine="zarrx")`` work once zarrx is installed.
 The backend is an adapter, nothing more:
 
 * :class:`ZarrxDataStore` (:mod:`zarrx.xarray.store`) is an
-  ``xarray.backends.AbstractDataStore`` over one :class:`zarrx.Group`. It lists the group once (one listing and one batched metadata read,
-  or nothing at all when the group came from consolidated metadata) and turns each array
-  into an undecoded ``xarray.Variable``: dimension names from v3 ``dimension_names`` (or
+  ``xarray.backends.AbstractDataStore`` over one :class:`zarrx.Group`. It lists the group
+  once (one listing and one batched metadata read, or nothing at all when the group came
+  from consolidated metadata) and turns each array into an undecoded ``xarray.Variable``: dimension names from v3 ``dimension_names`` (or
   the ``_ARRAY_DIMENSIONS`` attribute), attributes, and an ``encoding`` with ``chunks``,
   ``preferred_chunks``, ``shards``, ``compressors``, ``filters``, ``serializer`` and
   ``fill_value``.
