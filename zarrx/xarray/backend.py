@@ -9,10 +9,10 @@ The backend is an adapter, nothing more:
 * :class:`ZarrxDataStore` (:mod:`zarrx.xarray.store`) is an
   ``xarray.backends.AbstractDataStore`` over one :class:`zarrx.Group`. It lists the group
   once (one listing and one batched metadata read, or nothing at all when the group came
-  from consolidated metadata) and turns each array into an undecoded ``xarray.Variable``: dimension names from v3 ``dimension_names`` (or
-  the ``_ARRAY_DIMENSIONS`` attribute), attributes, and an ``encoding`` with ``chunks``,
-  ``preferred_chunks``, ``shards``, ``compressors``, ``filters``, ``serializer`` and
-  ``fill_value``.
+  from consolidated metadata) and turns each array into an undecoded ``xarray.Variable``:
+  dimension names from v3 ``dimension_names`` (or the ``_ARRAY_DIMENSIONS`` attribute),
+  attributes, and an ``encoding`` with ``chunks``, ``preferred_chunks``, ``shards``,
+  ``compressors``, ``filters``, ``serializer`` and ``fill_value``.
 * CF decoding is xarray's own (``StoreBackendEntrypoint`` calls
   ``xarray.conventions.decode_cf_variables``), so every decoding keyword behaves as with
   ``engine="zarr"``. The Zarr ``fill_value`` is a CF ``_FillValue`` (masks data) only when
