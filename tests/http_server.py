@@ -42,7 +42,7 @@ from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterator
 
-__all__ = ["Request", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways", "serve"]
+__all__ = ["Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways", "serve"]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 #: requests that read or reset the request log (for a server in another process)
@@ -85,24 +85,12 @@ class FailAlways:
         return self.status if self.paths in path else None
 
 
-class RecordingServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # many concurrent connects: the default backlog of 5 would drop SYNs (1 s retransmits)
-    request_queue_size = 512
-    allow_reuse_address = True
+class RequestLog:
+    """The requests a test server handled (:class:`Request`), recorded from its threads."""
 
-    def __init__(self, directory: str, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None):
-        super().__init__(("127.0.0.1", 0), RangeHTTPRequestHandler)
-        self.directory = directory
-        self.delay = delay
-        self.fail = fail
+    def __init__(self) -> None:
         self.requests: list[Request] = []
         self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
 
     def record(self, request: Request) -> None:
         with self.lock:
@@ -123,6 +111,26 @@ class RecordingServer(ThreadingHTTPServer):
             current += change
             peak = max(peak, current)
         return peak
+
+
+class RecordingServer(ThreadingHTTPServer, RequestLog):
+    daemon_threads = True
+    # many concurrent connects: the default backlog of 5 would drop SYNs (1 s retransmits)
+    request_queue_size = 512
+    allow_reuse_address = True
+
+    def __init__(self, directory: str, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None):
+        super().__init__(("127.0.0.1", 0), RangeHTTPRequestHandler)
+        RequestLog.__init__(self)
+        self.directory = directory
+        self.delay = delay
+        self.fail = fail
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
 
 
 class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):

@@ -18,17 +18,16 @@ from typing import Iterator
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from tests.http_server import Request
+from tests.http_server import Request, RequestLog
 
 __all__ = ["S3Server", "serve_s3"]
 
 
-class S3Server:
+class S3Server(RequestLog):
     def __init__(self) -> None:
-        self.requests: list[Request] = []
+        super().__init__()
         self.delay = 0.0
         self.fail = None
-        self.lock = threading.Lock()
         self._app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(
             "127.0.0.1", 0, self._recording_app, threaded=True, request_handler=MotoRequestHandler
@@ -65,23 +64,7 @@ class S3Server:
                 environ["REQUEST_METHOD"], path, environ.get("HTTP_RANGE"), start, time.perf_counter(),
                 status[0] if status else 0,
             )  # fmt: skip
-            with self.lock:
-                self.requests.append(request)
-
-    def reset(self) -> None:
-        with self.lock:
-            self.requests = []
-
-    def count(self, method: str | None = None) -> int:
-        return sum(1 for r in self.requests if method is None or r.method == method)
-
-    def max_in_flight(self) -> int:
-        events = sorted([(r.start, 1) for r in self.requests] + [(r.end, -1) for r in self.requests])
-        current = peak = 0
-        for _, change in events:
-            current += change
-            peak = max(peak, current)
-        return peak
+            self.record(request)
 
 
 @contextlib.contextmanager
