@@ -37,14 +37,13 @@ from zarrx.metadata.draft import (
     is_draft_entry_point,
     parse_draft_node,
 )
-from zarrx.metadata.node import decode_json, parse_node_metadata
+from zarrx.metadata.node import ZARR_JSON, decode_json, parse_node_metadata
 from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, parse_v2_node
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
 
 __all__ = ["read_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
 
-ZARR_JSON = "zarr.json"
 _V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
 _FORMATS = (None, 2, 3)
 

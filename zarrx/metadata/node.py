@@ -37,6 +37,7 @@ from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.metadata.extension import parse_extension
+from zarrx.storage.paths import join_key
 
 __all__ = [
     "ArrayMetadata",
@@ -55,10 +56,6 @@ ARRAY_FIELDS = (
     "fill_value", "codecs", "attributes", "dimension_names", "storage_transformers",
 )  # fmt: skip
 GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata")
-
-
-def _join_key(path: str, name: str) -> str:
-    return f"{path}/{name}" if path else name
 
 
 def decode_json(raw: bytes, key: str) -> dict[str, Any]:
@@ -253,7 +250,7 @@ class ArrayMetadata:
         return {ZARR_JSON: self.to_bytes()}
 
     def metadata_keys(self, path: str) -> tuple[str, ...]:
-        return (_join_key(path, ZARR_JSON),)
+        return (join_key(path, ZARR_JSON),)
 
     #: why the node cannot be written (None: it can); see zarrx.metadata.draft
     read_only_reason = None
@@ -293,11 +290,11 @@ class ArrayMetadata:
 
     def storage_key(self, path: str, chunk_coords: tuple[int, ...]) -> str:
         """The store key of a chunk of the array at ``path``."""
-        return _join_key(path, self.chunk_key(chunk_coords))
+        return join_key(path, self.chunk_key(chunk_coords))
 
     def chunk_prefix(self, path: str) -> str:
         """The prefix every chunk key of the array at ``path`` starts with."""
-        return _join_key(path, "")
+        return join_key(path, "")
 
     def evolve(self, **changes: Any) -> "ArrayMetadata":
         return replace(self, **changes)
@@ -360,7 +357,7 @@ class GroupMetadata:
         return {ZARR_JSON: self.to_bytes()}
 
     def metadata_keys(self, path: str) -> tuple[str, ...]:
-        return (_join_key(path, ZARR_JSON),)
+        return (join_key(path, ZARR_JSON),)
 
     read_only_reason = None
 
