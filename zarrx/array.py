@@ -17,6 +17,7 @@ import numpy as np
 
 from zarrx.chunk_io import ChunkLayout, allocate_output, as_array_of, is_all_fill, read_selection, write_selection
 from zarrx.codecs import ShardingCodec, TransposeCodec
+from zarrx.display import human_bytes
 from zarrx.errors import MetadataError, SelectionError, ZarrxError
 from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 from zarrx.metadata.chunk_grid import parse_shape
@@ -434,13 +435,13 @@ class ArrayInfo:
             ("Codecs", self.codecs),
             ("Dimension names", self.dimension_names),
             ("Read-only", self.read_only),
-            ("No. bytes", f"{self.nbytes} ({_human(self.nbytes)})"),
+            ("No. bytes", f"{self.nbytes} ({human_bytes(self.nbytes)})"),
             ("Shards" if self.shards is not None else "Chunks", self.nchunks),  # the objects stored
         ]
         if self.nbytes_stored is not None:
             ratio = f"{self.nbytes / self.nbytes_stored:.1f}" if self.nbytes_stored else "-"
             rows += [
-                ("No. bytes stored", f"{self.nbytes_stored} ({_human(self.nbytes_stored)})"),
+                ("No. bytes stored", f"{self.nbytes_stored} ({human_bytes(self.nbytes_stored)})"),
                 ("Storage ratio", ratio),
                 ("Shards initialized" if self.shards is not None else "Chunks initialized",
                  f"{self.nchunks_initialized}/{self.nchunks}"),
@@ -450,11 +451,3 @@ class ArrayInfo:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
-
-
-def _human(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if nbytes < 1024 or unit == "TiB":
-            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
-        nbytes /= 1024
-    return str(nbytes)
