@@ -29,7 +29,7 @@ from zarrx.errors import (
     UsageError,
 )
 from zarrx.group import Group
-from zarrx.hierarchy import ZARR_JSON, node_keys, read_node
+from zarrx.hierarchy import ZARR_JSON, node_keys, read_node, write_node
 from zarrx.metadata.draft import READ_ONLY_REASON, is_draft_entry_point
 from zarrx.metadata.node import (
     ConsolidatedMetadata,
@@ -154,14 +154,6 @@ def _clear(store: Store, path: str, existing: Any, overwrite: bool) -> None:
 def _existing(store: Store, path: str) -> Any:
     """What is at ``path`` in any format, for create's overwrite check."""
     return _read_metadata(store, path)
-
-
-def _write_documents(store: Store, path: str, metadata: Any) -> None:
-    documents = {join_key(path, name): data for name, data in metadata.documents().items()}
-    if len(documents) == 1:
-        store.set(*next(iter(documents.items())))
-    else:
-        store.set_many(documents)
 
 
 def open(
@@ -370,7 +362,7 @@ def create_array(
         metadata = build_array_metadata(**arguments)
     _clear(zstore, path, _existing(zstore, path), overwrite)
     _ensure_parents(zstore, path, zarr_format)
-    _write_documents(zstore, path, metadata)
+    write_node(zstore, path, metadata)
     return Array(zstore, path, metadata, write_empty_chunks=write_empty_chunks)
 
 
@@ -402,7 +394,7 @@ def create_group(
     _ensure_parents(zstore, path, zarr_format)
     group_class = GroupMetadataV2 if zarr_format == 2 else GroupMetadata
     metadata = group_class(attributes=dict(attributes or {}))
-    _write_documents(zstore, path, metadata)
+    write_node(zstore, path, metadata)
     return Group(zstore, path, metadata)
 
 

@@ -42,7 +42,7 @@ from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMet
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
 
-__all__ = ["read_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
+__all__ = ["read_node", "write_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
 
 _V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
 _FORMATS = (None, 2, 3)
@@ -196,6 +196,16 @@ def node_keys(path: str, zarr_format: int | None) -> str:
     """The keys looked for at ``path``, for "not found" messages."""
     formats = [3, 2] if zarr_format is None else [zarr_format]
     return " or ".join(repr(key) for fmt in formats for key in LAYOUTS[fmt].keys(path))
+
+
+def write_node(store: Store, path: str, metadata: Any) -> None:
+    """Store the documents of ``metadata`` (any format) for the node at ``path``: one ``set``
+    for a single document, one batch for several (v2's ``.zarray`` and ``.zattrs``)."""
+    documents = {join_key(path, name): data for name, data in metadata.documents().items()}
+    if len(documents) == 1:
+        store.set(*next(iter(documents.items())))
+    else:
+        store.set_many(documents)
 
 
 def read_node(store: Store, path: str, *, zarr_format: int | None = None, consolidated: bool = False) -> Any:

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from zarrx.attributes import Attributes
 from zarrx.errors import ReadOnlyError
+from zarrx.hierarchy import write_node
 from zarrx.metadata.node import ArrayMetadata, GroupMetadata
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
@@ -90,11 +91,7 @@ class Node(Generic[M]):
 
     def _write_metadata(self, metadata: M) -> None:
         self._check_writable()
-        documents = {join_key(self._path, name): data for name, data in metadata.documents().items()}
-        if len(documents) == 1:
-            self._store.set(*next(iter(documents.items())))
-        else:
-            self._store.set_many(documents)
+        write_node(self._store, self._path, metadata)
         self._metadata = metadata
 
     def _get_attributes(self) -> dict[str, Any]:
