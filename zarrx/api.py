@@ -94,6 +94,7 @@ def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> None:
 def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
     keys = [join_key(parent, ZARR_JSON) for parent in parents]
     documents = store.get_many([*keys, *(join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP))])
+    _refuse_draft(documents.get(ZARR_JSON), path)
     missing = {}
     for parent, key in zip(parents, keys):
         raw = documents.get(key)
@@ -101,8 +102,6 @@ def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str
             _refuse_other_format(documents, parent, path, found=2, wanted=3)
             missing[key] = GroupMetadata().to_bytes()
             continue
-        if not parent and is_draft_entry_point(decode_json(raw, key)):
-            raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
         if parse_node_metadata(raw, key).node_type == "array":
             raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
     return missing
@@ -111,9 +110,7 @@ def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str
 def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
     keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP, ZARR_JSON)]
     documents = store.get_many(keys)
-    root = documents.get(ZARR_JSON)
-    if root is not None and is_draft_entry_point(decode_json(root, ZARR_JSON)):
-        raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
+    _refuse_draft(documents.get(ZARR_JSON), path)
     missing = {}
     for parent in parents:
         if documents.get(join_key(parent, ZARRAY)) is not None:
@@ -122,6 +119,12 @@ def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str
             _refuse_other_format(documents, parent, path, found=3, wanted=2)
             missing.update({join_key(parent, name): data for name, data in GroupMetadataV2().documents().items()})
     return missing
+
+
+def _refuse_draft(root_document: bytes | None, path: str) -> None:
+    """A root ``zarr.json`` that is the 2022 draft's entry point: that hierarchy is read-only."""
+    if root_document is not None and is_draft_entry_point(decode_json(root_document, ZARR_JSON)):
+        raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
 
 
 def _refuse_other_format(documents: dict[str, bytes | None], parent: str, path: str, found: int, wanted: int) -> None:
