@@ -2,48 +2,18 @@
 store it wraps (subclasses override what they watch), :class:`CountingStore` counts requests
 and bytes."""
 
-from zarrx.storage.store import Store
+from zarrx.storage.store import Store, WrapperStore
 
 
-class Wrapping(Store):
-    """Passes every call, batch calls included, to ``inner``."""
+class Wrapping(WrapperStore):
+    """Passes every call, batch calls included, to ``inner``.
 
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.read_only = inner.read_only
+    These wrappers watch the batches a read makes, so they read as a remote store would: in
+    batched calls, never chunk by chunk from a thread pool (which a local store's
+    ``reads_are_local`` would allow).
+    """
 
-    def get(self, key, byte_range=None):
-        return self.inner.get(key, byte_range)
-
-    def get_many(self, keys):
-        return self.inner.get_many(keys)
-
-    def get_ranges(self, requests):
-        return self.inner.get_ranges(requests)
-
-    def exists(self, key):
-        return self.inner.exists(key)
-
-    def set(self, key, value):
-        self.inner.set(key, value)
-
-    def set_many(self, items):
-        self.inner.set_many(items)
-
-    def delete(self, key):
-        self.inner.delete(key)
-
-    def delete_many(self, keys):
-        self.inner.delete_many(keys)
-
-    def delete_prefix(self, prefix):
-        self.inner.delete_prefix(prefix)
-
-    def list_prefix(self, prefix):
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix):
-        return self.inner.list_dir(prefix)
+    reads_are_local = False
 
 
 class CountingStore(Wrapping):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx.cli import ProgressBar, parse_storage_options
+from zarrx.tools.cli import ProgressBar, parse_storage_options
 from zarrx.codecs import Crc32cCodec, ZstdCodec
 from zarrx.errors import UsageError
 

@@ -5,7 +5,7 @@
 * Parallel writes that would share a chunk or shard are refused or serialized, never lost:
   ``zarrx.to_zarr`` refuses dask blocks that share a chunk (:class:`ChunkAlignmentError`,
   before anything is written) or rechunks them with ``align="rechunk"``; threads of one process
-  that write parts of one chunk hold :func:`zarrx.locks.chunk_lock` (zarrx takes no lock by
+  that write parts of one chunk hold :func:`zarrx.io.locks.chunk_lock` (zarrx takes no lock by
   itself -- see docs/reliability.md; the control test shows what happens without it).
 * Readers during writes see each chunk whole, old or new.
 """
@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 
 import zarrx
 from zarrx.errors import ChunkAlignmentError
-from zarrx.locks import chunk_lock
+from zarrx.io.locks import chunk_lock
 from zarrx.storage import LocalStore, MemoryStore
 from zarrx.storage.store import Store
-from zarrx.verify import verify
+from zarrx.tools.verify import verify
 from tests.counting import Wrapping
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 

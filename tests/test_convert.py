@@ -22,7 +22,7 @@ import zarr
 from zarr.core.dtype import VariableLengthBytes
 
 import zarrx
-from zarrx.cli import main
+from zarrx.tools.cli import main
 from zarrx.errors import ContainsGroupError, UnsupportedExtensionError, UsageError
 
 from .test_draft import draft_store, zarr_python_2_store  # noqa: F401 (fixtures)
@@ -242,7 +242,7 @@ def test_cli_reports_mistakes_on_one_line(tmp_path, capsys, arguments, fragment)
 
 
 def test_console_script_prints_no_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "zarrx.cli", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
+    result = subprocess.run([sys.executable, "-m", "zarrx.tools.cli", "convert", str(tmp_path / "nope"), str(tmp_path / "out")],
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("zarrx: error: no array or group")

@@ -11,7 +11,7 @@ child with SIGKILL after a random delay, several times, and after every kill che
   completed -- never a torn chunk, a chunk of another place, or a mix;
 * the leftover temporary files of the interrupted writes are never listed as keys nor read as
   chunks (and ``verify`` reports them apart);
-* :func:`zarrx.verify.verify` finds no corruption and no unknown keys.
+* :func:`zarrx.verify` finds no corruption and no unknown keys.
 
 The next child starts from the surviving state, so each kill hits a store already hit.
 """
@@ -32,7 +32,7 @@ import pytest
 
 import zarrx
 from zarrx.storage import LocalStore
-from zarrx.verify import verify
+from zarrx.tools.verify import verify
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

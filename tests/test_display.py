@@ -1,4 +1,4 @@
-"""zarrx.display: what people see of a node -- ``str``, ``repr``, Jupyter's HTML, the tree.
+"""zarrx.tools.display: what people see of a node -- ``str``, ``repr``, Jupyter's HTML, the tree.
 
 The HTML is parsed back (``html.parser``) to check that every name and value is escaped
 text, not markup, and that the structure is a bounded tree of ``<details>``.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx import display
+from zarrx.tools import display
 from zarrx.codecs import TransposeCodec, ZstdCodec
 from zarrx.storage import MemoryStore
 

@@ -112,7 +112,7 @@ def test_command_line_examples_run(tmp_path, monkeypatch, capsys):
     Lines with a URL (``s3://...``) need a remote store and are only shown; commands that
     ``zarrx`` does not have yet are skipped (the page may document them first).
     """
-    from zarrx.cli import main
+    from zarrx.tools.cli import main
 
     monkeypatch.chdir(tmp_path)
     module = types.ModuleType("zarrx_docs_example")

@@ -8,7 +8,7 @@ import pytest
 import zarrx
 from zarrx.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 from zarrx.errors import UsageError
-from zarrx.explain import Explanation, explain
+from zarrx.tools.explain import Explanation, explain
 from zarrx.storage import MemoryStore, RangeByteRequest, Store, SuffixByteRequest
 from tests.counting import Wrapping
 
@@ -107,7 +107,7 @@ def test_plan_names_the_keys_and_counts():
 
 
 def test_large_reads_are_planned_in_the_same_batches():
-    # 16 MiB out of 1 MiB chunks: the read goes in batches of 8 MiB (zarrx.chunk_io.batch_limit)
+    # 16 MiB out of 1 MiB chunks: the read goes in batches of 8 MiB (zarrx.io.plan.batch_limit)
     array = zarrx.create_array(MemoryStore(), shape=(2048, 1024), chunks=(128, 1024), dtype="f8", compressors=None)
     array[:256] = 1.0
     plan = check_plan(array, Ellipsis)

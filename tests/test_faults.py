@@ -1,6 +1,6 @@
 """Storage faults: a failed read or write raises a zarrx error naming the key and loses nothing.
 
-Every test injects faults with :class:`zarrx.storage.FaultyStore` -- the k-th read, write or
+Every test injects faults with :class:`zarrx.testing.FaultyStore` -- the k-th read, write or
 deletion fails, or a batch write fails half-way -- for *every* k an operation reaches, on a
 MemoryStore and a LocalStore, for plain, checksummed and sharded arrays, whole and partial
 writes. After each fault:
@@ -30,7 +30,8 @@ import pytest
 import zarrx
 from zarrx.codecs import Crc32cCodec, ZstdCodec
 from zarrx.errors import StoreError, UsageError, ZarrxError
-from zarrx.storage import FailOnce, FaultyStore, LocalStore, MemoryStore, MetricsStore
+from zarrx.storage import LocalStore, MemoryStore, MetricsStore
+from zarrx.testing import FailOnce, FaultyStore
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 
 SHAPE = (12, 12)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from zarrx.errors import BoundsCheckError, SelectionError
-from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
+from zarrx.io.selection import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
 
 
 def chunked_copy(data, chunk_shape):

@@ -11,7 +11,8 @@ import xarray as xr
 import zarrx
 import zarrx.xarray  # noqa: F401
 from zarrx.errors import ReadOnlyError
-from zarrx.prefetch import MAX_PREFETCH_BYTES, PrefetchStore, read_together
+from zarrx.nodes.prefetch import MAX_PREFETCH_BYTES, read_together
+from zarrx.storage import PrefetchStore
 from zarrx.storage import MemoryStore, MetricsStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
 
@@ -104,7 +105,7 @@ def test_process_local_follows_the_wrapped_store(inner, tmp_path):
 
 
 def test_a_suffix_longer_than_the_value_gives_the_whole_value():
-    from zarrx.prefetch import PrefetchStore
+    from zarrx.storage import PrefetchStore
     from zarrx.storage import MemoryStore
     from zarrx.storage.store import SuffixByteRequest
 

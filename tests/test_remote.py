@@ -21,7 +21,7 @@ import xarray as xr  # noqa: E402
 
 import zarrx  # noqa: E402
 import zarrx.xarray  # noqa: E402, F401
-from zarrx.explain import explain  # noqa: E402
+from zarrx.tools.explain import explain  # noqa: E402
 from zarrx.errors import NodeNotFoundError, ReadOnlyError, StoreError  # noqa: E402
 from zarrx.storage import FsspecStore, MetricsStore, make_store  # noqa: E402
 from zarrx.storage.remote import RetryMiddleware  # noqa: E402

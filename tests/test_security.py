@@ -43,7 +43,7 @@ from zarrx.errors import MetadataError, NodeNotFoundError, ZarrxError
 from zarrx.storage import MemoryStore
 from zarrx.storage.paths import validate_key, validate_node_name
 from zarrx.storage.store import Store
-from zarrx.verify import verify
+from zarrx.tools.verify import verify
 from tests.figures import add, report_figures  # noqa: F401 (report_figures is an autouse fixture)
 
 KiB, MiB = 2**10, 2**20

@@ -368,7 +368,7 @@ def test_opening_100_variables_takes_a_bounded_number_of_requests(tmp_path, cons
     metadata_reads = [key for key, _ in store.requests if key.endswith("zarr.json")]
     if consolidated:
         # the root document holds everything; then the two coordinates' data (for their indexes),
-        # in one batch (zarrx.prefetch.read_together)
+        # in one batch (zarrx.nodes.prefetch.read_together)
         assert metadata_reads == ["zarr.json"] and store.listings == 0
         assert store.calls == 2
     else:

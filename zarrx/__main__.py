@@ -1,7 +1,7 @@
-"""``python -m zarrx``: the ``zarrx`` command line (:mod:`zarrx.cli`)."""
+"""``python -m zarrx``: the ``zarrx`` command line (:mod:`zarrx.tools.cli`)."""
 
 import sys
 
-from zarrx.cli import main
+from zarrx.tools.cli import main
 
 sys.exit(main())

@@ -7,9 +7,6 @@ third-party ones are found through the ``"zarrx.codecs"`` entry point group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
-
 from zarrx.codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
 from zarrx.codecs.blosc import BloscCodec
 from zarrx.codecs.bytes import BytesCodec
@@ -18,14 +15,13 @@ from zarrx.codecs.crc32c import Crc32cCodec
 from zarrx.codecs.gzip import GzipCodec
 from zarrx.codecs import numcodecs_codecs  # noqa: F401 (registers the numcodecs.* codecs)
 from zarrx.codecs.pipeline import CodecPipeline
-from zarrx.codecs.registry import codec_from_json, get_codec_class, register_codec
+from zarrx.codecs.registry import codec_from_json, get_codec_class, parse_codecs, register_codec
 from zarrx.codecs.scale_offset import ScaleOffsetCodec
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.codecs.vlen import VLenBytesCodec, VLenUTF8Codec
 from zarrx.codecs.zarrs_vlen import ZarrsVlenCodec
 from zarrx.codecs.zstd import ZstdCodec
-from zarrx.errors import MetadataError
 
 __all__ = [
     "ArrayArrayCodec",
@@ -51,27 +47,3 @@ __all__ = [
     "parse_codecs",
     "register_codec",
 ]
-
-
-def parse_codecs(value: Any, field_name: str = "codecs") -> tuple[Codec, ...]:
-    """Codecs from JSON values, codec instances or a mix; one codec alone is taken as a list of one.
-
-    Unknown codecs marked ``"must_understand": false`` are dropped.
-
-    Examples
-    --------
-    >>> parse_codecs([BytesCodec(), {"name": "zstd", "configuration": {"level": 3}}])
-    (BytesCodec(endian=None), ZstdCodec(level=3, checksum=False))
-    """
-    if value is None:
-        return ()
-    if isinstance(value, (Codec, str, Mapping)):
-        value = [value]
-    elif not isinstance(value, Iterable):
-        raise MetadataError(f"{field_name}: expected a list of codecs, found {type(value).__name__} {value!r}")
-    codecs = []
-    for position, item in enumerate(value):
-        codec = item if isinstance(item, Codec) else codec_from_json(item, f"{field_name}[{position}]")
-        if codec is not None:
-            codecs.append(codec)
-    return tuple(codecs)

@@ -14,14 +14,17 @@ unless the element says ``"must_understand": false`` (core spec,
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 from zarrx.codecs.base import Codec
 from zarrx.errors import MetadataError, UnknownCodecError
-from zarrx.metadata.extension import parse_extension
+from zarrx.extension import parse_extension
 
-__all__ = ["ENTRY_POINT_GROUP", "codec_registry", "register_codec", "get_codec_class", "codec_from_json"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "codec_registry", "register_codec", "get_codec_class", "codec_from_json", "parse_codecs",
+]  # fmt: skip
 
 ENTRY_POINT_GROUP = "zarrx.codecs"
 
@@ -109,3 +112,28 @@ def codec_from_json(value: Any, field_name: str) -> Codec | None:
         raise type(error)(f"{field_name}: {message}") from error
     except (TypeError, ValueError, KeyError) as error:  # a plugin's own validation
         raise MetadataError(f"{field_name}: invalid configuration for codec {extension.name!r}: {error}") from error
+
+
+def parse_codecs(value: Any, field_name: str = "codecs") -> tuple[Codec, ...]:
+    """Codecs from JSON values, codec instances or a mix; one codec alone is taken as a list of one.
+
+    Unknown codecs marked ``"must_understand": false`` are dropped.
+
+    Examples
+    --------
+    >>> from zarrx.codecs import BytesCodec
+    >>> parse_codecs([BytesCodec(), {"name": "zstd", "configuration": {"level": 3}}])
+    (BytesCodec(endian=None), ZstdCodec(level=3, checksum=False))
+    """
+    if value is None:
+        return ()
+    if isinstance(value, (Codec, str, Mapping)):
+        value = [value]
+    elif not isinstance(value, Iterable):
+        raise MetadataError(f"{field_name}: expected a list of codecs, found {type(value).__name__} {value!r}")
+    codecs = []
+    for position, item in enumerate(value):
+        codec = item if isinstance(item, Codec) else codec_from_json(item, f"{field_name}[{position}]")
+        if codec is not None:
+            codecs.append(codec)
+    return tuple(codecs)

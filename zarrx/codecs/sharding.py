@@ -6,39 +6,77 @@ the inner ``codecs``, plus an *index*: for each inner chunk its ``offset`` and
 chunk, which reads as the fill value), encoded with ``index_codecs`` (fixed size:
 ``bytes`` + ``crc32c`` by default) at the ``start`` or ``end`` of the object.
 
-As a codec it encodes and decodes whole shards. The array layer reads parts of
-shards through :meth:`ShardingCodec.index_range`, :meth:`ShardingCodec.decode_index`
-and :meth:`ShardingCodec.decode_inner`, and writes them with
-:meth:`ShardingCodec.assemble`, so it fetches only the index and the inner chunks
-a selection touches, and re-encodes only the inner chunks a write changes.
+As a codec it encodes and decodes whole shards. The executor (:mod:`zarrx.io.execute`) reads
+parts of shards: it fetches :meth:`ShardingCodec.index_range`, turns those bytes (or a whole
+shard) into a :class:`ShardIndex` with :meth:`ShardingCodec.read_index` -- the one place an index
+is cut out of a shard and parsed -- and fetches only the inner chunks a selection touches; it
+writes shards with :meth:`ShardingCodec.assemble`, re-encoding only the inner chunks a write
+changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
-
 import itertools
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
 from zarrx.codecs.base import ArrayBytesCodec, Buffer, ChunkSpec, as_uint8, parse_choice, raise_unexpected, require_member
 from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.crc32c import Crc32cCodec
-from zarrx.codecs.registry import register_codec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.registry import parse_codecs, register_codec
+from zarrx.dtypes.fill import is_all_fill
+from zarrx.dtypes.numeric import UInt64
 from zarrx.errors import ChunkDecodeError, MetadataError
 from zarrx.storage.store import ByteRequest, RangeByteRequest, SuffixByteRequest
 
-__all__ = ["ShardingCodec", "EMPTY"]
+__all__ = ["ShardingCodec", "ShardIndex", "EMPTY"]
 
 #: offset and nbytes of an empty inner chunk
 EMPTY = np.uint64(2**64 - 1)
 
 
-def _pipeline(value: Any, field_name: str) -> Any:
-    from zarrx.codecs.pipeline import CodecPipeline
-    from zarrx.codecs import parse_codecs
+@dataclass(frozen=True, eq=False)
+class ShardIndex:
+    """The parsed index of one shard: where each inner chunk is, or that it is empty.
 
+    Made only by :meth:`ShardingCodec.read_index`, which checks that every entry lies inside the
+    shard when the shard's size is known.
+    """
+
+    #: ``(*chunks_per_shard, 2)`` uint64: offset and nbytes per inner chunk
+    entries: np.ndarray
+    #: the shard's store key, for messages
+    key: str
+
+    def location(self, inner: tuple[int, ...]) -> tuple[int, int] | None:
+        """``(start, end)`` of inner chunk ``inner`` in the shard, or None when it is empty."""
+        offset, nbytes = self.entries[inner]
+        if offset == EMPTY and nbytes == EMPTY:
+            return None
+        return int(offset), int(offset) + int(nbytes)
+
+    def cut(self, shard: Buffer, inner: tuple[int, ...]) -> memoryview | None:
+        """The bytes of inner chunk ``inner`` in the whole shard ``shard`` (None when empty)."""
+        found = self.location(inner)
+        return None if found is None else memoryview(shard)[found[0] : found[1]]
+
+    def stored(self) -> Iterator[tuple[tuple[int, ...], int, int]]:
+        """``(inner coordinates, start, end)`` of every non-empty inner chunk, in C order."""
+        for inner in np.ndindex(*self.entries.shape[:-1]):
+            found = self.location(inner)
+            if found is not None:
+                yield inner, found[0], found[1]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShardIndex) and np.array_equal(self.entries, other.entries)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _pipeline(value: Any, field_name: str) -> CodecPipeline:
     if isinstance(value, CodecPipeline):
         return value
     return CodecPipeline.from_codecs(parse_codecs(value, field_name), field_name=field_name)
@@ -163,23 +201,33 @@ class ShardingCodec(ArrayBytesCodec):
                 )
         return index
 
+    def read_index(self, data: Buffer, spec: ChunkSpec, key: str, *, whole: bool) -> ShardIndex:
+        """The index of a shard, from the whole shard (``whole``) or from the bytes
+        :meth:`index_range` fetched; the one place an index is cut out of a shard and parsed.
+
+        For a whole shard every entry must lie inside it; a shard too short to hold its index,
+        an index that fails its checksum or entries past the end are ChunkDecodeErrors naming ``key``.
+        """
+        view = memoryview(data).cast("B")
+        size = self.index_size(spec)
+        if len(view) < size:
+            raise ChunkDecodeError(
+                f"chunk {key!r}: codec 'sharding_indexed': a shard of {len(view)} bytes cannot hold its {size}-byte index"
+            )
+        raw = view[len(view) - size :] if self.index_location == "end" else view[:size]
+        entries = self.decode_index(raw, spec, key, shard_size=len(view) if whole else None)
+        return ShardIndex(entries, key)
+
     def decode_inner(self, data: Buffer, spec: ChunkSpec, key: str) -> np.ndarray:
         return self.codecs.decode(data, self.inner_spec(spec), key=key)
 
     # -- whole shards ----------------------------------------------------------------------
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         source = as_uint8(data)
-        index_size = self.index_size(spec)
-        if source.nbytes < index_size:
-            raise ChunkDecodeError(f"a shard of {source.nbytes} bytes cannot hold its {index_size}-byte index")
-        raw_index = source[-index_size:] if self.index_location == "end" else source[:index_size]
-        index = self.decode_index(raw_index, spec, "shard", shard_size=source.nbytes)
+        index = self.read_index(source, spec, "shard", whole=True)
         out = np.full(spec.shape, spec.fill_value, dtype=spec.dtype)
-        for inner_coords in itertools.product(*(range(n) for n in self.chunks_per_shard(spec))):
-            offset, nbytes = index[inner_coords]
-            if offset == EMPTY and nbytes == EMPTY:
-                continue
-            chunk = self.decode_inner(source[int(offset) : int(offset) + int(nbytes)], spec, f"inner chunk {inner_coords}")
+        for inner_coords, start, end in index.stored():
+            chunk = self.decode_inner(source[start:end], spec, f"inner chunk {inner_coords}")
             out[self.inner_region(inner_coords)] = chunk
         return out
 
@@ -187,8 +235,6 @@ class ShardingCodec(ArrayBytesCodec):
         return tuple(slice(i * c, (i + 1) * c) for i, c in zip(inner_coords, self.chunk_shape))
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> Buffer:
-        from zarrx.chunk_io import is_all_fill
-
         inner_spec = self.inner_spec(spec)
         encoded = {}
         for inner_coords in itertools.product(*(range(n) for n in self.chunks_per_shard(spec))):
@@ -217,7 +263,5 @@ class ShardingCodec(ArrayBytesCodec):
         return b"".join(parts)
 
 
-def _uint64() -> Any:
-    from zarrx.dtypes.numeric import UInt64
-
+def _uint64() -> UInt64:
     return UInt64()

@@ -222,7 +222,7 @@ class ZarrsVlenCodec(ArrayBytesCodec):
 
 def _pipeline(value: Any, member: str) -> CodecPipeline:
     """A nested codec chain from codecs, their JSON forms, or a pipeline (as sharding's codecs)."""
-    from zarrx.codecs import parse_codecs  # the package imports this module
+    from zarrx.codecs.registry import parse_codecs
 
     if isinstance(value, CodecPipeline):
         return value

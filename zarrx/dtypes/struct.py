@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from zarrx.dtypes import data_type_from_numpy, parse_data_type, register_data_type
+from zarrx.dtypes.registry import data_type_from_numpy, parse_data_type, register_data_type
 from zarrx.dtypes.base import JSON, DataType
 from zarrx.dtypes.strings import parse_base64
 from zarrx.errors import MetadataError

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from zarrx.dtypes import register_data_type
+from zarrx.dtypes.registry import register_data_type
 from zarrx.dtypes.base import JSON, DataType
 from zarrx.dtypes.numeric import is_json_integer
 from zarrx.errors import MetadataError

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from zarrx.dtypes import data_type_from_numpy, parse_data_type
+from zarrx.dtypes.registry import data_type_from_numpy, parse_data_type
 from zarrx.dtypes.base import JSON, DataType
 from zarrx.dtypes.numeric import is_json_integer, is_json_number
 from zarrx.errors import MetadataError, UnsupportedExtensionError

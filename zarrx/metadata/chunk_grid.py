@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import itertools
 
 from zarrx.errors import MetadataError, UnsupportedExtensionError
-from zarrx.metadata.extension import parse_extension
+from zarrx.extension import parse_extension
 
 __all__ = ["RegularChunkGrid", "parse_chunk_grid", "parse_shape"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from zarrx.errors import MetadataError, UnsupportedExtensionError
-from zarrx.metadata.extension import parse_extension
+from zarrx.extension import parse_extension
 
 __all__ = ["ChunkKeyEncoding", "DefaultChunkKeyEncoding", "V2ChunkKeyEncoding", "parse_chunk_key_encoding"]
 

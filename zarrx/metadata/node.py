@@ -36,7 +36,7 @@ from zarrx.dtypes import DataType, parse_data_type
 from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
-from zarrx.metadata.extension import parse_extension
+from zarrx.extension import parse_extension
 from zarrx.storage.paths import join_key
 
 __all__ = [

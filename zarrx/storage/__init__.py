@@ -16,8 +16,10 @@ an ``fsspec.FSMap``                                    a :class:`FsspecStore` on
                                                        (a :class:`LocalStore` for a local one)
 =====================================================  =========================================
 
-:class:`FaultyStore` wraps any store and fails chosen reads, writes or deletions, for testing
-what a pipeline does when storage fails (:mod:`zarrx.storage.faults`).
+:class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
+what a wrapper does not change); stores say what they can do as properties (see
+:mod:`zarrx.storage.store`). A store that fails on purpose, for tests, is
+:class:`zarrx.testing.FaultyStore`.
 
 ``mode="r"`` opens the store read-only; ``"r+"``, ``"a"``, ``"w"`` and ``"w-"``
 open it writable (what each means for existing nodes is the caller's business).
@@ -36,21 +38,23 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.mapping import FSMap
 
 from zarrx.errors import StoreError, StoreTypeError, UsageError
-from zarrx.storage.faults import FailOnce, FaultyStore
 from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
+from zarrx.storage.prefetch import PrefetchStore
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
     RangeByteRequest,
     Store,
     SuffixByteRequest,
+    WrapperStore,
 )
 
 __all__ = [
     "Store",
+    "WrapperStore",
     "ByteRequest",
     "RangeByteRequest",
     "OffsetByteRequest",
@@ -58,15 +62,24 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "FsspecStore",
-    "FaultyStore",
-    "FailOnce",
     "MetricsStore",
+    "PrefetchStore",
     "make_store",
+    "check_mode",
     "MODES",
 ]
 
-#: the access modes, and whether each opens the store read-only
+#: the access modes (zarr-python's), and whether each opens the store read-only: ``r`` read-only,
+#: must exist; ``r+`` read/write, must exist; ``a`` read/write, created when absent; ``w``
+#: created, replacing what is there; ``w-`` created, failing if anything is there
 MODES: dict[str, bool] = {"r": True, "r+": False, "a": False, "w": False, "w-": False}
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` when it is one of :data:`MODES`; UsageError otherwise."""
+    if mode not in MODES:
+        raise UsageError(f"mode: expected one of {', '.join(map(repr, MODES))}, found {mode!r}")
+    return mode
 
 # "scheme://" with a scheme of two or more characters, so "C:\data" stays a path.
 _URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)://")
@@ -103,9 +116,7 @@ def make_store(
     >>> make_store({}, mode="r")
     MemoryStore(<0 keys at ...>, read_only=True)
     """
-    if mode not in MODES:
-        raise UsageError(f"mode must be one of {', '.join(map(repr, MODES))}, found {mode!r}")
-    read_only = MODES[mode]
+    read_only = MODES[check_mode(mode)]
     if isinstance(store_like, Store):
         _refuse_options(storage_options, store_like)
         return store_like

@@ -49,13 +49,7 @@ from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.local import LocalStore, is_temporary_name
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.remote import RemoteOptions, configure, redact, secret_values
-from zarrx.storage.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
 
 __all__ = ["FsspecStore"]
 
@@ -122,21 +116,6 @@ def _scrub(error: BaseException, secrets: tuple[str, ...]) -> None:
         error = error.__cause__ or error.__context__
 
 
-def _fsspec_range(byte_range: ByteRequest | None) -> tuple[int | None, int | None] | None:
-    """``(start, end)`` for ``fs.cat_file``; None for an empty range (which needs no read)."""
-    match byte_range:
-        case None:
-            return None, None
-        case RangeByteRequest(start, end):
-            return (start, end) if end > start else None
-        case OffsetByteRequest(offset):
-            return offset, None
-        case SuffixByteRequest(suffix):
-            # start=-0 would mean the whole value
-            return (-suffix, None) if suffix else None
-    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
-
-
 class FsspecStore(Store):
     """Keys as files of an fsspec file system, below ``root``.
 
@@ -188,10 +167,29 @@ class FsspecStore(Store):
         self._prefix = self.root + "/" if self.root else fs.root_marker
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
 
+    # -- abilities (see zarrx.storage.store) -----------------------------------------
     @property
     def process_local(self) -> bool:
         # fsspec's "memory" file system keeps its files in this process (a class-level dict)
         return "memory" in _protocols(self.fs)
+
+    @property
+    def reads_are_local(self) -> bool:
+        # a local folder, or fsspec's in-memory file system: a read is no round trip
+        return self._local is not None or self.process_local
+
+    @property
+    def preferred_concurrency(self) -> int:
+        return self.max_concurrency if isinstance(self.fs, AsyncFileSystem) else 1
+
+    def local_path(self, key: str) -> str | None:
+        return None if self._local is None else self._local.local_path(key)
+
+    @property
+    def location(self) -> tuple[Any, ...]:
+        if self._local is not None:
+            return self._local.location  # the same folder as a LocalStore on it
+        return ("fsspec", self.fs, self.root)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pickled_in": os.getpid()}
@@ -267,19 +265,17 @@ class FsspecStore(Store):
             )
 
     # -- reading -----------------------------------------------------------------
-    def _outcome(self, key: str, path: str, limits: tuple[int | None, int | None], result: Any) -> bytes | None:
+    def _outcome(self, key: str, path: str, byte_range: ByteRequest | None, result: Any) -> bytes | None:
         """Turn what fsspec gave for one read (bytes or an exception) into the store's answer."""
         if isinstance(result, _MISSING):
             return None
         if isinstance(result, BaseException):
-            if limits != (None, None):
-                return self._read_knowing_size(key, path, limits, result)
+            if byte_range is not None:
+                return self._read_knowing_size(key, path, byte_range, result)
             raise self._error("read", key, result) from result
         return bytes(result)
 
-    def _read_knowing_size(
-        self, key: str, path: str, limits: tuple[int | None, int | None], error: BaseException
-    ) -> bytes | None:
+    def _read_knowing_size(self, key: str, path: str, byte_range: ByteRequest, error: BaseException) -> bytes | None:
         """Retry a refused ranged read with explicit, in-bounds limits."""
         try:
             size = self.fs.size(path)
@@ -287,9 +283,7 @@ class FsspecStore(Store):
             return None
         except Exception:
             raise self._error("read", key, error) from error
-        start, end = limits
-        start = max(0, size + start) if start is not None and start < 0 else (start or 0)
-        end = size if end is None else min(end, size)
+        start, end = byte_bounds(byte_range, size)
         if start >= end:
             return b""
         try:
@@ -299,7 +293,7 @@ class FsspecStore(Store):
 
     def _read_batch(self, requests: Sequence[tuple[str, ByteRequest | None]]) -> list[bytes | None]:
         paths = [self._path(key) for key, _ in requests]
-        limits = [_fsspec_range(byte_range) for _, byte_range in requests]
+        limits = [open_bounds(byte_range) for _, byte_range in requests]
         to_read = [position for position, limit in enumerate(limits) if limit is not None]
         results: list[bytes | None] = [None] * len(requests)
         if to_read:
@@ -314,7 +308,8 @@ class FsspecStore(Store):
             except Exception as error:  # a failure of the whole batch
                 raise self._error("read", requests[to_read[0]][0], error) from error
             for position, outcome in zip(to_read, outcomes, strict=True):
-                results[position] = self._outcome(requests[position][0], paths[position], limits[position], outcome)
+                key, byte_range = requests[position]
+                results[position] = self._outcome(key, paths[position], byte_range, outcome)
         for position, limit in enumerate(limits):
             if limit is None:  # an empty range: b"" when the key exists
                 results[position] = b"" if self._isfile(requests[position][0], paths[position]) else None
@@ -322,14 +317,14 @@ class FsspecStore(Store):
 
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         path = self._path(key)
-        limits = _fsspec_range(byte_range)
+        limits = open_bounds(byte_range)
         if limits is None:
             return b"" if self._isfile(key, path) else None
         try:
             result = self.fs.cat_file(path, start=limits[0], end=limits[1])
         except Exception as error:
             result = error
-        return self._outcome(key, path, limits, result)
+        return self._outcome(key, path, byte_range, result)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
         keys = list(keys)

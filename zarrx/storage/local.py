@@ -44,13 +44,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.paths import validate_key, validate_prefix
-from zarrx.storage.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarrx.storage.store import ByteRequest, Store, byte_bounds
 
 __all__ = ["LocalStore", "is_temporary_name"]
 
@@ -68,18 +62,7 @@ def is_temporary_name(name: str) -> bool:
 
 # -- reading and writing one file ---------------------------------------------------
 def _read_range(file: BinaryIO, byte_range: ByteRequest) -> bytes:
-    # Clipped to the file's size first: a range from a corrupt shard index may start past what
-    # seek() accepts (2**63) or be longer than any buffer, and must still read as absent bytes.
-    size = os.fstat(file.fileno()).st_size
-    match byte_range:
-        case RangeByteRequest(start, end):
-            start, end = min(start, size), min(end, size)
-        case OffsetByteRequest(offset):
-            start, end = min(offset, size), size
-        case SuffixByteRequest(suffix):
-            start, end = max(0, size - suffix), size
-        case _:
-            raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+    start, end = byte_bounds(byte_range, os.fstat(file.fileno()).st_size)
     file.seek(start)
     return file.read(end - start)
 
@@ -157,6 +140,11 @@ class LocalStore(Store):
     b'"}'
     """
 
+    #: abilities (see zarrx.storage.store): a read is a file read, and a batch of ranges opens
+    #: each file once, so its ranges come from one version of it
+    reads_are_local = True
+    consistent_ranges = True
+
     def __init__(self, root: str | os.PathLike[str], read_only: bool = False) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.read_only = read_only
@@ -166,6 +154,13 @@ class LocalStore(Store):
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
+
+    def local_path(self, key: str) -> str:
+        return self._path(key)
+
+    @property
+    def location(self) -> tuple[str, str]:
+        return ("file", self.root)
 
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
         return StoreError(f"could not {action} {key!r} in {self!r}: {error}")

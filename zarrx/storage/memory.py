@@ -24,36 +24,9 @@ from typing import Iterator, Mapping, MutableMapping, Sequence
 
 from zarrx.errors import ReadOnlyError
 from zarrx.storage.paths import validate_key, validate_prefix
-from zarrx.storage.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarrx.storage.store import ByteRequest, Store, slice_value
 
-__all__ = ["MemoryStore", "slice_value"]
-
-
-def slice_value(value: bytes, byte_range: ByteRequest | None) -> bytes:
-    """The part of ``value`` that ``byte_range`` asks for (all of it for None).
-
-    Examples
-    --------
-    >>> slice_value(b"0123456789", SuffixByteRequest(3))
-    b'789'
-    """
-    match byte_range:
-        case None:
-            return value
-        case RangeByteRequest(start, end):
-            return value[start:end]
-        case OffsetByteRequest(offset):
-            return value[offset:]
-        case SuffixByteRequest(suffix):
-            # value[-0:] would be the whole value
-            return value[len(value) - suffix :] if suffix < len(value) else value
-    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+__all__ = ["MemoryStore"]
 
 
 class MemoryStore(Store):
@@ -75,8 +48,11 @@ class MemoryStore(Store):
     ['a']
     """
 
-    #: the data is in this process's memory (see Store.process_local)
+    #: abilities (see zarrx.storage.store): the data is in this process's memory, a read is a
+    #: dict lookup, and a batch of ranges reads each key's value once
     process_local = True
+    reads_are_local = True
+    consistent_ranges = True
 
     def __init__(self, mapping: MutableMapping[str, bytes] | None = None, read_only: bool = False) -> None:
         self._data: MutableMapping[str, bytes] = {} if mapping is None else mapping
@@ -146,6 +122,10 @@ class MemoryStore(Store):
         return sorted({key[start:].partition("/")[0] for key in list(self._data) if key.startswith(prefix)})
 
     # -- identity ----------------------------------------------------------------
+    @property
+    def location(self) -> tuple[str, int]:
+        return ("memory", id(self._data))
+
     def _check_writable(self, key: str) -> None:
         if self.read_only:
             raise ReadOnlyError(

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from zarrx.storage.store import ByteRequest, Store
+from zarrx.storage.store import ByteRequest, Store, WrapperStore
 
 __all__ = ["MetricsStore", "OperationMetrics", "MetricsSummary", "OPERATIONS"]
 
@@ -128,7 +128,7 @@ class MetricsSummary(Mapping[str, OperationMetrics]):
         )
 
 
-class MetricsStore(Store):
+class MetricsStore(WrapperStore):
     """``inner`` with every call counted (see the module docstring).
 
     Parameters
@@ -149,17 +149,9 @@ class MetricsStore(Store):
     """
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self.reset()
-
-    @property
-    def read_only(self) -> bool:  # type: ignore[override]
-        return self.inner.read_only
-
-    @property
-    def process_local(self) -> bool:
-        return getattr(self.inner, "process_local", False)
 
     def reset(self) -> None:
         """Set every counter back to zero."""
@@ -281,6 +273,3 @@ class MetricsStore(Store):
 
     def __hash__(self) -> int:
         return hash((MetricsStore, self.inner))
-
-    def __repr__(self) -> str:
-        return f"MetricsStore({self.inner!r})"

@@ -28,7 +28,9 @@ from typing import Callable
 
 from zarrx.errors import InvalidPathError
 
-__all__ = ["normalize_path", "validate_node_name", "validate_key", "validate_prefix", "join_key", "parent_path"]
+__all__ = [
+    "normalize_path", "validate_node_name", "is_node_name", "validate_key", "validate_prefix", "join_key", "parent_path",
+]  # fmt: skip
 
 # (test, what is wrong, how to fix it) for one node name, in the order they are checked;
 # the first that matches is reported. ``{suggestion}`` in a hint is a fixed-up name.
@@ -102,6 +104,20 @@ def validate_node_name(name: str) -> str:
     if problem is not None:
         raise InvalidPathError(f"invalid node name {name!r}: {problem}")
     return name
+
+
+def is_node_name(name: str) -> bool:
+    """Whether a name found in a store (a listed folder) can be a child node.
+
+    Names other writers use are accepted (xarray's ``__xarray_dataarray_variable__`` starts with
+    the reserved ``__``); folders such as ``.`` or ``..``, or names with a backslash, are not.
+
+    Examples
+    --------
+    >>> is_node_name("t2m"), is_node_name("__xarray_dataarray_variable__"), is_node_name("..")
+    (True, True, False)
+    """
+    return isinstance(name, str) and _node_name_problem(name, allow_reserved=True) is None
 
 
 def normalize_path(path: str, allow_reserved: bool = False) -> str:

@@ -33,7 +33,7 @@ set are filled in:
   requests of every chunk read; zarrx's concurrency is across objects.
 * ``http://``, ``https://`` (fsspec's HTTP file system over aiohttp): aiohttp has
   timeouts but no retry, and fsspec's HTTP file system none either, so zarrx adds a
-  small one as an aiohttp *client middleware* (:func:`retry_middleware`, passed in
+  small one as an aiohttp *client middleware* (:class:`RetryMiddleware`, passed in
   ``client_kwargs``): idempotent requests answered 429/500/502/503/504, or failing with
   a connection error or timeout (also while the body is read), are sent again after
   ``0.1 s * 2**attempt`` (with jitter, at most 5 s); aiohttp before 3.12 has no
@@ -67,8 +67,8 @@ __all__ = [
     "RemoteOptions",
     "split_storage_options",
     "configure",
-    "retry_middleware",
-    "http_client",
+    "RetryMiddleware",
+    "HttpClientFactory",
     "redact",
     "secret_values",
 ]
@@ -271,11 +271,6 @@ class RetryMiddleware:
             await asyncio.sleep(backoff(attempt))
 
 
-def retry_middleware(retries: int = DEFAULT_RETRIES) -> RetryMiddleware:
-    """The middleware for ``client_kwargs={"middlewares": [...]}`` of fsspec's HTTP file system."""
-    return RetryMiddleware(retries)
-
-
 class HttpClientFactory:
     """``get_client`` for fsspec's HTTP file system: an aiohttp session allowing ``limit`` connections."""
 
@@ -305,10 +300,6 @@ class HttpClientFactory:
 
         kwargs.pop("loop", None)  # the session belongs to the running loop
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit), **kwargs)
-
-
-def http_client(limit: int) -> HttpClientFactory:
-    return HttpClientFactory(limit)
 
 
 # -- redaction -------------------------------------------------------------------------------

@@ -10,25 +10,51 @@ A missing key is ``None`` here and only here: :meth:`Store.get` returns None,
 :class:`~zarrx.errors.StoreError` naming the key. Writes of one object are
 atomic: a reader sees the old or the new value, never a mix.
 
+**Abilities.** A store says what it can do as properties, and callers ask it rather
+than test its class (zarr-python 3's ``supports_*``):
+
+=============================  ==========================================================
+``read_only``                  writes raise :class:`~zarrx.errors.ReadOnlyError`
+``supports_partial_reads``     byte ranges are read without reading the whole value
+``supports_listing``           ``list_prefix`` / ``list_dir`` work
+``reads_are_local``            a single ``get`` costs no round trip (a file, a dict): the
+                               executor reads such stores chunk by chunk on its thread pool
+                               instead of in batches
+``process_local``              the data lives in this process's memory: a pickled copy is a
+                               snapshot, and writes made with it are lost
+``consistent_ranges``          ``get_ranges`` reads all the ranges of one key from one version
+                               of its value (a shard's index and its inner chunks belong together)
+``preferred_concurrency``      requests one batch should keep in flight (1 when it does not matter)
+``local_path(key)``            the file holding ``key`` on this machine, or None
+``location``                   what identifies the stored data: two stores with equal locations
+                               hold the same keys (the same folder, dict or URL)
+=============================  ==========================================================
+
+:class:`WrapperStore` forwards every method and ability to the store it wraps, so a wrapper
+(metrics, prefetching, fault injection, a cache) overrides only what it changes.
+
 Keys are relative to the store's root and never start with ``/``; the array and
-group layers build them only from validated node names (see
-:mod:`zarrx.storage.paths`).
+group layers build them only from validated node names (see :mod:`zarrx.storage.paths`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from zarrx.errors import UsageError
 
 __all__ = [
     "Store",
+    "WrapperStore",
     "ByteRequest",
     "RangeByteRequest",
     "OffsetByteRequest",
     "SuffixByteRequest",
+    "byte_bounds",
+    "open_bounds",
+    "slice_value",
 ]
 
 
@@ -69,16 +95,85 @@ class SuffixByteRequest:
 ByteRequest = RangeByteRequest | OffsetByteRequest | SuffixByteRequest
 
 
+def byte_bounds(byte_range: ByteRequest | None, size: int) -> tuple[int, int]:
+    """``(start, end)`` of what ``byte_range`` asks for in a value of ``size`` bytes, clipped to it.
+
+    The one conversion of a byte request into positions: every store reads ranges through it.
+    A range from a corrupt shard index may start past any seekable offset or be longer than any
+    buffer; clipped, it reads as absent bytes.
+
+    Examples
+    --------
+    >>> byte_bounds(SuffixByteRequest(3), 10), byte_bounds(RangeByteRequest(8, 20), 10), byte_bounds(None, 4)
+    ((7, 10), (8, 10), (0, 4))
+    """
+    match byte_range:
+        case None:
+            return 0, size
+        case RangeByteRequest(start, end):
+            return min(start, size), min(end, size)
+        case OffsetByteRequest(offset):
+            return min(offset, size), size
+        case SuffixByteRequest(suffix):
+            return max(0, size - suffix), size
+    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+
+
+def open_bounds(byte_range: ByteRequest | None) -> tuple[int | None, int | None] | None:
+    """``(start, end)`` as fsspec's ``cat_file``/``cat_ranges`` take them, where the size of the value
+    is not known: ``None`` for an open end, a negative start for a suffix; None for an empty range
+    (which needs no read).
+
+    Examples
+    --------
+    >>> open_bounds(SuffixByteRequest(3)), open_bounds(OffsetByteRequest(5)), open_bounds(RangeByteRequest(4, 4))
+    ((-3, None), (5, None), None)
+    """
+    match byte_range:
+        case None:
+            return None, None
+        case RangeByteRequest(start, end):
+            return (start, end) if end > start else None
+        case OffsetByteRequest(offset):
+            return offset, None
+        case SuffixByteRequest(suffix):
+            return (-suffix, None) if suffix else None  # start=-0 would mean the whole value
+    raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
+
+
+def slice_value(value: bytes, byte_range: ByteRequest | None) -> bytes:
+    """The part of ``value`` that ``byte_range`` asks for (all of it for None).
+
+    Examples
+    --------
+    >>> slice_value(b"0123456789", SuffixByteRequest(3))
+    b'789'
+    """
+    if byte_range is None:
+        return value
+    start, end = byte_bounds(byte_range, len(value))
+    return value[start:end]
+
+
 class Store(ABC):
-    """Key/value storage for a Zarr hierarchy."""
+    """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
 
     read_only: bool = False
+    supports_partial_reads: bool = True
+    supports_listing: bool = True
+    reads_are_local: bool = False
+    process_local: bool = False
+    consistent_ranges: bool = False
+    preferred_concurrency: int = 1
+
+    def local_path(self, key: str) -> str | None:
+        """The file on this machine that holds ``key`` (whether it exists or not), or None."""
+        return None
 
     @property
-    def process_local(self) -> bool:
-        """True when the data lives in this process's memory (:class:`MemoryStore`, or a wrapper of
-        one): a copy pickled to another process is a snapshot, and writes made there are lost."""
-        return False
+    def location(self) -> Any:
+        """What identifies the stored data; equal locations mean the same keys and values."""
+        return ("object", id(self))
 
     # -- reading -----------------------------------------------------------------
     @abstractmethod
@@ -92,10 +187,8 @@ class Store(ABC):
     def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
         """Fetch many byte ranges in one batch, in order. A missing key gives None.
 
-        :class:`LocalStore` and :class:`MemoryStore` read all the ranges of one key from one
-        version of its value, even while another writer replaces it (one open file, one
-        lookup); a reader can rely on that to check that ranges it reads belong together
-        (a shard's index and its inner chunks). This default reads range by range.
+        Stores with :attr:`consistent_ranges` read all the ranges of one key from one version
+        of its value, even while another writer replaces it. This default reads range by range.
         """
         return [self.get(key, byte_range) for key, byte_range in requests]
 
@@ -136,3 +229,101 @@ class Store(ABC):
 
     def __contains__(self, key: str) -> bool:
         return self.exists(key)
+
+
+class WrapperStore(Store):
+    """A store that forwards every method and ability to ``inner``.
+
+    Subclasses override what they change (count, prefetch, fail, cache) and nothing else. Two
+    wrappers are equal only when they are one object; ``location`` tells whether they hold the
+    same data.
+
+    Examples
+    --------
+    >>> from zarrx.storage import MemoryStore
+    >>> class Shouting(WrapperStore):
+    ...     def get(self, key, byte_range=None):
+    ...         value = super().get(key, byte_range)
+    ...         return None if value is None else value.upper()
+    >>> store = Shouting(MemoryStore({"a": b"hi"}))
+    >>> store.get("a"), store.get_many(["a"]), store.process_local
+    (b'HI', {'a': b'hi'}, True)
+    """
+
+    def __init__(self, inner: Store) -> None:
+        if not isinstance(inner, Store):
+            raise UsageError(f"{type(self).__name__} wraps a zarrx Store, found {type(inner).__name__} {inner!r}")
+        self.inner = inner
+
+    # -- abilities: the wrapped store's, unless a subclass says otherwise ---------------
+    @property
+    def read_only(self) -> bool:  # type: ignore[override]
+        return self.inner.read_only
+
+    @property
+    def supports_partial_reads(self) -> bool:  # type: ignore[override]
+        return self.inner.supports_partial_reads
+
+    @property
+    def supports_listing(self) -> bool:  # type: ignore[override]
+        return self.inner.supports_listing
+
+    @property
+    def reads_are_local(self) -> bool:  # type: ignore[override]
+        return self.inner.reads_are_local
+
+    @property
+    def process_local(self) -> bool:  # type: ignore[override]
+        return self.inner.process_local
+
+    @property
+    def consistent_ranges(self) -> bool:  # type: ignore[override]
+        return self.inner.consistent_ranges
+
+    @property
+    def preferred_concurrency(self) -> int:  # type: ignore[override]
+        return self.inner.preferred_concurrency
+
+    @property
+    def location(self) -> Any:
+        return self.inner.location
+
+    # -- methods ---------------------------------------------------------------------------
+    def local_path(self, key: str) -> str | None:
+        return self.inner.local_path(key)
+
+    def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        return self.inner.get(key, byte_range)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+        return self.inner.get_many(keys)
+
+    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+        return self.inner.get_ranges(requests)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def set(self, key: str, value: bytes) -> None:
+        self.inner.set(key, value)
+
+    def set_many(self, items: Mapping[str, bytes]) -> None:
+        self.inner.set_many(items)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(keys)
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.inner.delete_prefix(prefix)
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        return self.inner.list_prefix(prefix)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        return self.inner.list_dir(prefix)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"

@@ -22,7 +22,7 @@ The backend is an adapter, nothing more:
   (``vindex``) keys go straight to :class:`zarrx.Array`, so ``.isel``/``.sel`` with lists or
   arrays read only the chunks they touch.
 * Dimension coordinates, which xarray reads one by one to build its indexes, are read
-  together (:func:`zarrx.prefetch.read_together`): the first read fetches all their chunks in
+  together (:func:`zarrx.nodes.prefetch.read_together`): the first read fetches all their chunks in
   one batch, so opening a dataset costs one round trip for them, not one each.
 
 Where zarrx differs from ``engine="zarr"`` on purpose: ``preferred_chunks`` are the shards of
@@ -44,9 +44,9 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
 
-import zarrx
 from zarrx.errors import MetadataError, NodeNotFoundError
-from zarrx.group import Group
+from zarrx.nodes.api import open_group
+from zarrx.nodes.group import Group
 from zarrx.storage import make_store
 from zarrx.storage.store import Store
 from zarrx.xarray.store import (
@@ -102,12 +102,12 @@ def open_zarrx_group(
     zstore = make_store(_store_argument(store), mode="r", storage_options=storage_options)
     path = _group_path(group)
     if consolidated is False:
-        return zarrx.open_group(zstore, path, mode="r", zarr_format=zarr_format, use_consolidated=False)
+        return open_group(zstore, path, mode="r", zarr_format=zarr_format, use_consolidated=False)
     # Consolidated metadata usually sits in the root's document (zarr-python and zarrx write it
     # there): one read opens the whole hierarchy, whatever group is asked for.
     if path:
         try:
-            root = zarrx.open_group(zstore, "", mode="r", zarr_format=zarr_format, use_consolidated=None)
+            root = open_group(zstore, "", mode="r", zarr_format=zarr_format, use_consolidated=None)
         except (NodeNotFoundError, MetadataError):
             root = None
         if root is not None and root.is_consolidated:
@@ -115,7 +115,7 @@ def open_zarrx_group(
             if not isinstance(node, Group):
                 raise NodeNotFoundError(f"expected a group at {'/' + path!r} in {zstore!r}, found an array")
             return node
-    opened = zarrx.open_group(zstore, path, mode="r", zarr_format=zarr_format, use_consolidated=None)
+    opened = open_group(zstore, path, mode="r", zarr_format=zarr_format, use_consolidated=None)
     if consolidated and not opened.is_consolidated:
         where = f"neither the root group nor group {'/' + path!r} has" if path else "the root group has no"
         raise MetadataError(

@@ -26,10 +26,10 @@ from xarray.core.dataset import Dataset
 from xarray.core.variable import Variable
 from xarray.namedarray.pycompat import is_chunked_array
 
-import zarrx
-from zarrx.array import Array
+from zarrx.dask.write import to_zarr as dask_to_zarr
 from zarrx.errors import ChunkAlignmentError, UsageError
-from zarrx.group import Group
+from zarrx.nodes.array import Array
+from zarrx.nodes.group import Group
 from zarrx.xarray.store import DIMENSION_KEY, ZarrxDataStore
 from zarrx.xarray.encoding import codecs_argument
 
@@ -285,7 +285,7 @@ class DatasetWriter:
             if self.mode == "r+" and self.options.safe_chunks and not self.options.align_chunks:
                 _check_region_on_grid(array, selection)
             self.options.writes.append(
-                zarrx.to_zarr(data, array, region=selection, compute=False, align=self.options.align)
+                dask_to_zarr(data, array, region=selection, compute=False, align=self.options.align)
             )
             return
         values = np.asarray(variable.values)

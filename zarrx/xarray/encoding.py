@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zarrx.array import Array
-from zarrx.codecs import Codec
+from zarrx.codecs.base import Codec
+from zarrx.nodes.array import Array
 
 __all__ = ["codec_encoding", "codecs_argument"]
 

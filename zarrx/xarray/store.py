@@ -24,10 +24,10 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from zarrx.array import Array
 from zarrx.errors import MetadataError
-from zarrx.group import Group
-from zarrx.prefetch import read_together
+from zarrx.nodes.array import Array
+from zarrx.nodes.group import Group
+from zarrx.nodes.prefetch import read_together
 from zarrx.xarray.encoding import codec_encoding
 
 __all__ = ["DIMENSION_KEY", "MissingDimensionsError", "ZarrxBackendArray", "ZarrxDataStore", "dimensions_and_attributes"]

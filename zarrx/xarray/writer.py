@@ -42,16 +42,17 @@ from xarray.core.dataarray import DataArray
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
 
-import zarrx
 from zarrx.errors import NodeNotFoundError, UsageError
-from zarrx.group import Group
-from zarrx.storage import make_store
+from zarrx.nodes.api import consolidate_metadata, open_group
+from zarrx.nodes.group import Group
+from zarrx.storage import MODES as STORE_MODES, make_store
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
 
 __all__ = ["MODES", "to_zarr", "dataarray_to_zarr", "datatree_to_zarr"]
 
-MODES = ("w", "w-", "a", "a-", "r+")
+#: the store's writable modes (zarrx.storage.MODES) and xarray's own "a-" (append without rewriting)
+MODES = (*(mode for mode, read_only in STORE_MODES.items() if not read_only), "a-")
 #: a DataArray is stored as a one-variable Dataset; xarray calls an unnamed one's variable
 #: "__xarray_dataarray_variable__", a name Zarr v3 reserves ("__" prefix), so zarrx stores it under
 #: this name and keeps the DataArray's name (None too) in the attribute xarray's open_dataarray reads
@@ -218,7 +219,7 @@ def datatree_to_zarr(
 def _open_target(store: Store, group: str | None, mode: str, zarr_format: int | None) -> Group:
     path = "" if group is None else str(group).strip("/")
     kwargs = {} if zarr_format is None else {"zarr_format": zarr_format}
-    return zarrx.open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
+    return open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
 
 
 def _child_group(root: Group, relative: str, mode: str) -> Group:
@@ -236,11 +237,11 @@ def _consolidate(store: Store, consolidated: bool | None, mode: str) -> None:
         return  # region writes change no metadata
     if consolidated is False:
         try:
-            if not zarrx.open_group(store, "", mode="r").is_consolidated:
+            if not open_group(store, "", mode="r").is_consolidated:
                 return
         except NodeNotFoundError:
             return
-    zarrx.consolidate_metadata(store, "")
+    consolidate_metadata(store, "")
 
 
 def _finish(group: Group, options: WriteOptions, compute: bool) -> Group | Any:

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from zarrx.attributes import Attributes
 from zarrx.errors import ReadOnlyError
-from zarrx.hierarchy import write_node
-from zarrx.metadata.node import ArrayMetadata, GroupMetadata
+from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, ZarrFormat
+from zarrx.nodes import conveniences
+from zarrx.nodes.attributes import Attributes
+from zarrx.nodes.hierarchy import write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = ["Node"]
 
-M = TypeVar("M", ArrayMetadata, GroupMetadata)
+M = TypeVar("M", ArrayMetadataLike, GroupMetadataLike)
 
 
 class Node(Generic[M]):
@@ -66,7 +67,7 @@ class Node(Generic[M]):
         return Attributes(self)
 
     @property
-    def zarr_format(self) -> int | str:
+    def zarr_format(self) -> ZarrFormat:
         """2, 3, or the draft's URI (``zarrx.metadata.draft.DRAFT_FORMAT``)."""
         return self._metadata.zarr_format
 
@@ -103,15 +104,11 @@ class Node(Generic[M]):
     def __repr__(self) -> str:
         return f"<zarrx.{type(self).__name__} {self._store!r} {self.name!r}>"
 
-    # descriptions for people live in zarrx.display (imported late: it imports Array and Group)
+    # descriptions for people are zarrx.tools.display's (see zarrx.nodes.conveniences)
     def __str__(self) -> str:
         """An array's description or a group's tree (bounded), from metadata only."""
-        from zarrx.display import node_text
-
-        return node_text(self)
+        return conveniences.call("node_text", self)
 
     def _repr_html_(self) -> str:
         """Jupyter's rendering: a collapsible tree with shapes, data types, chunks, codecs, attributes."""
-        from zarrx.display import node_html
-
-        return node_html(self)
+        return conveniences.call("node_html", self)

@@ -1,10 +1,11 @@
 """The user-facing Zarr array.
 
-:class:`Array` binds a store, a node path and :class:`ArrayMetadata`. Indexing
+:class:`Array` binds a store, a node path and its metadata (any format). Indexing
 follows NumPy: ``arr[...]`` takes ints, slices with any step and Ellipsis (and,
 like NumPy, integer/boolean arrays, then as outer indexing), ``arr.oindex[...]``
-is outer (orthogonal) indexing, ``arr.vindex[...]`` coordinate indexing. All
-chunk I/O is in :mod:`zarrx.chunk_io`.
+is outer (orthogonal) indexing, ``arr.vindex[...]`` coordinate indexing. Every read
+and write is planned and run by :mod:`zarrx.io` on the array's
+:class:`~zarrx.io.handle.ArrayHandle`.
 """
 
 from __future__ import annotations
@@ -15,28 +16,24 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from zarrx.chunk_io import ChunkLayout, allocate_output, as_array_of, is_all_fill, read_selection, write_selection
-from zarrx.codecs import ShardingCodec, TransposeCodec
-from zarrx.display import human_bytes
+from zarrx.codecs.sharding import ShardingCodec
+from zarrx.codecs.transpose import TransposeCodec
 from zarrx.errors import MetadataError, SelectionError, ZarrxError
-from zarrx.indexing import BasicIndexer, OrthogonalIndexer, VectorizedIndexer
+from zarrx.io.execute import allocate_output, as_array_of, read_into
+from zarrx.io.handle import ArrayHandle
+from zarrx.io.selection import BasicIndexer, OrthogonalIndexer, VectorizedIndexer, is_basic
+from zarrx.io.write import trim_past_edge, write_from
 from zarrx.metadata.chunk_grid import parse_shape
-from zarrx.metadata.node import ArrayMetadata
-from zarrx.node import Node
+from zarrx.metadata.protocol import ArrayMetadataLike
+from zarrx.nodes import conveniences
+from zarrx.nodes.node import Node
+from zarrx.sizes import human_bytes
 from zarrx.storage.store import Store
 
 __all__ = ["Array", "ArrayInfo"]
 
 
-def _is_basic(selection: Any) -> bool:
-    items = selection if isinstance(selection, tuple) else (selection,)
-    return all(
-        item is Ellipsis or isinstance(item, slice) or (np.ndim(item) == 0 and not isinstance(item, (list, np.ndarray)))
-        for item in items
-    )
-
-
-class Array(Node[ArrayMetadata]):
+class Array(Node[ArrayMetadataLike]):
     """A Zarr array in a store.
 
     Open or create one with :func:`zarrx.open_array` / :func:`zarrx.create_array`.
@@ -56,13 +53,31 @@ class Array(Node[ArrayMetadata]):
         self,
         store: Store,
         path: str,
-        metadata: ArrayMetadata,
+        metadata: ArrayMetadataLike,
         *,
         read_only: bool = False,
         write_empty_chunks: bool = False,
     ) -> None:
         super().__init__(store, path, metadata, read_only=read_only)
-        self.write_empty_chunks = write_empty_chunks
+        self._handle = ArrayHandle(store, path, metadata, write_empty_chunks)
+
+    @property
+    def write_empty_chunks(self) -> bool:
+        """Whether chunks that are all fill value are stored (by default they are left out)."""
+        return self._handle.write_empty_chunks
+
+    @write_empty_chunks.setter
+    def write_empty_chunks(self, value: bool) -> None:
+        self._handle = self._handle.evolve(write_empty_chunks=bool(value))
+
+    @property
+    def handle(self) -> ArrayHandle:
+        """The array's :class:`~zarrx.io.handle.ArrayHandle`: what reads, writes and dask tasks use."""
+        return self._handle
+
+    def _write_metadata(self, metadata: ArrayMetadataLike) -> None:
+        super()._write_metadata(metadata)
+        self._handle = self._handle.evolve(metadata=metadata)
 
     # -- description ------------------------------------------------------------------
     @property
@@ -146,10 +161,6 @@ class Array(Node[ArrayMetadata]):
         keys = [*self._metadata.metadata_keys(self._path), *self._stored_chunk_keys()]
         return sum(len(v) for v in self._store.get_many(keys).values() if v is not None)
 
-    @property
-    def _layout(self) -> ChunkLayout:
-        return ChunkLayout(self._store, self._path, self._metadata)
-
     def _stored_chunks(self) -> Iterator[tuple[str, tuple[int, ...]]]:
         """``(key, chunk_coords)`` of every stored chunk, found by one listing (any coordinates)."""
         prefix = self._metadata.chunk_prefix(self._path)
@@ -179,7 +190,7 @@ class Array(Node[ArrayMetadata]):
 
     # -- reading and writing -------------------------------------------------------------
     def __getitem__(self, selection: Any) -> Any:
-        if _is_basic(selection):
+        if is_basic(selection):
             return self.get_basic_selection(selection)
         return self.get_orthogonal_selection(selection)
 
@@ -191,34 +202,37 @@ class Array(Node[ArrayMetadata]):
         return out
 
     def __setitem__(self, selection: Any, value: Any) -> None:
-        if _is_basic(selection):
+        if is_basic(selection):
             self.set_basic_selection(selection, value)
         else:
             self.set_orthogonal_selection(selection, value)
 
+    def _indexer(self, kind: type, selection: Any) -> Any:
+        return kind(selection, self.shape, self._handle.io_chunk_shape)
+
     def get_basic_selection(self, selection: Any = Ellipsis) -> Any:
-        return self._scalar_or_array(self._read(BasicIndexer(selection, self.shape, self._layout.io_chunk_shape)), selection)
+        return self._scalar_or_array(self._read(self._indexer(BasicIndexer, selection)), selection)
 
     def set_basic_selection(self, selection: Any, value: Any) -> None:
-        self._write(BasicIndexer(selection, self.shape, self._layout.io_chunk_shape), value)
+        self._write(self._indexer(BasicIndexer, selection), value)
 
     def get_orthogonal_selection(self, selection: Any) -> Any:
-        return self._scalar_or_array(self._read(OrthogonalIndexer(selection, self.shape, self._layout.io_chunk_shape)), selection)
+        return self._scalar_or_array(self._read(self._indexer(OrthogonalIndexer, selection)), selection)
 
     def set_orthogonal_selection(self, selection: Any, value: Any) -> None:
-        self._write(OrthogonalIndexer(selection, self.shape, self._layout.io_chunk_shape), value)
+        self._write(self._indexer(OrthogonalIndexer, selection), value)
 
     def get_coordinate_selection(self, selection: Any) -> np.ndarray:
-        indexer = VectorizedIndexer(selection, self.shape, self._layout.io_chunk_shape)
+        indexer = self._indexer(VectorizedIndexer, selection)
         out = allocate_output((math.prod(indexer.shape),), self.dtype, self._path)
-        read_selection(self._layout, indexer, out)
+        read_into(self._handle, indexer, out)
         return out.reshape(indexer.shape)
 
     def set_coordinate_selection(self, selection: Any, value: Any) -> None:
-        indexer = VectorizedIndexer(selection, self.shape, self._layout.io_chunk_shape)
+        indexer = self._indexer(VectorizedIndexer, selection)
         value = as_array_of(value, self.dtype, indexer.shape).reshape(-1)
         self._check_writable()
-        write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
+        write_from(self._handle, indexer, value)
 
     @property
     def oindex(self) -> "_OIndex":
@@ -235,22 +249,19 @@ class Array(Node[ArrayMetadata]):
 
     def _read(self, indexer: BasicIndexer | OrthogonalIndexer) -> np.ndarray:
         out = allocate_output(indexer.shape, self.dtype, self._path)  # checks the size first
-        return read_selection(self._layout, indexer, out)
+        return read_into(self._handle, indexer, out)
 
     def _write(self, indexer: BasicIndexer | OrthogonalIndexer, value: Any) -> None:
         self._check_writable()
-        value = as_array_of(value, self.dtype, indexer.shape)
-        write_selection(self._layout, indexer, value, write_empty_chunks=self.write_empty_chunks)
+        write_from(self._handle, indexer, as_array_of(value, self.dtype, indexer.shape))
 
     def to_dask(self, chunks: Any = None) -> Any:
         """A lazy dask array, one task per chunk (per shard when sharded); see :func:`zarrx.dask.array_to_dask`."""
-        from zarrx.dask import array_to_dask
-
-        return array_to_dask(self, chunks)
+        return conveniences.call("to_dask", self, chunks)
 
     def explain(self, selection: Any = Ellipsis, *, indexing: str = "auto", read_index: bool = True) -> Any:
         """The store requests ``self[selection]`` would make, without reading any chunk; see
-        :func:`zarrx.explain.explain`.
+        :func:`zarrx.tools.explain.explain`.
 
         >>> import zarrx
         >>> array = zarrx.create_array({}, shape=(8,), chunks=(4,), dtype="u1")
@@ -258,9 +269,7 @@ class Array(Node[ArrayMetadata]):
         >>> [request.key for request in array.explain(slice(0, 5)).requests]
         ['c/0', 'c/1']
         """
-        from zarrx.explain import explain
-
-        return explain(self, selection, indexing=indexing, read_index=read_index)
+        return conveniences.call("explain", self, selection, indexing=indexing, read_index=read_index)
 
     # -- metadata changes ------------------------------------------------------------------
     def resize(self, *shape: Any) -> None:
@@ -303,7 +312,7 @@ class Array(Node[ArrayMetadata]):
                 f"edge failed; call resize({list(new_shape)}) again to finish ({error})"
             ) from error
 
-    def _clear_past_edge(self, new: ArrayMetadata, old_shape: tuple[int, ...]) -> tuple[dict[str, bytes], list[str]]:
+    def _clear_past_edge(self, new: ArrayMetadataLike, old_shape: tuple[int, ...]) -> tuple[dict[str, bytes], list[str]]:
         """The chunks to rewrite (trimmed) and to delete so that nothing is stored past ``new``'s
         edge: chunks cut by the edge along the dimensions that shrank -- or along every dimension
         when the shape did not change (a repeated resize) -- and chunks wholly past it."""
@@ -317,28 +326,8 @@ class Array(Node[ArrayMetadata]):
             elif any(dim_cut and start + size > length
                      for dim_cut, start, size, length in zip(cut, starts, chunks, new_shape)):
                 to_trim.append(coords)
-        updates, fill_deletes = self._trim_chunks(new, to_trim)
+        updates, fill_deletes = trim_past_edge(self._handle.evolve(metadata=new), to_trim)
         return updates, deletes + fill_deletes
-
-    def _trim_chunks(self, new: ArrayMetadata, chunk_coords: list[tuple[int, ...]]) -> tuple[dict[str, bytes], list[str]]:
-        """Each chunk reset to fill value past the new shape: ``(encoded chunks, keys of chunks now all fill)``."""
-        layout = ChunkLayout(self._store, self._path, new)
-        keys = [layout.chunk_key(coords) for coords in chunk_coords]
-        stored = self._store.get_many(keys)
-        updates, deletes = {}, []
-        for coords, key in zip(chunk_coords, keys):
-            raw = stored.get(key)
-            if raw is None:
-                continue
-            chunk = np.array(layout.decode_chunk(raw, key), copy=True)
-            keep = layout.chunk_region(coords)
-            trimmed = layout.empty_chunk()
-            trimmed[keep] = chunk[keep]
-            if not self.write_empty_chunks and is_all_fill(trimmed, new.fill_value):
-                deletes.append(key)
-            else:
-                updates[key] = layout.pipeline.encode(trimmed, layout.spec, key=key)
-        return updates, deletes
 
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
         """Grow along ``axis`` and write ``data`` into the new part; returns the new shape."""

@@ -1,7 +1,8 @@
 """Describing arrays and groups to people: text for terminals, HTML for Jupyter.
 
 One place says what a node looks like, and everything that shows nodes uses it:
-``str(node)`` and ``node._repr_html_()`` (through :class:`zarrx.node.Node`), and the
+``str(node)``, ``node._repr_html_()`` and ``group.tree()`` (provided to
+:class:`zarrx.Array` and :class:`zarrx.Group` through :mod:`zarrx.nodes.conveniences`), and the
 ``zarrx tree`` / ``zarrx info`` commands.
 
 * :func:`describe` -- the facts about one node as ``(label, text)`` rows: shape, data
@@ -29,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from zarrx.errors import ZarrxError
+from zarrx.nodes import conveniences
+from zarrx.nodes.array import Array
+from zarrx.nodes.group import Group
+from zarrx.sizes import human_bytes
 
 __all__ = [
     "TreeEntry",
@@ -36,6 +41,7 @@ __all__ = [
     "codecs_text",
     "describe",
     "errors",
+    "group_tree",
     "human_bytes",
     "info_text",
     "node_html",
@@ -60,15 +66,6 @@ SHORT_OMITTED: dict[str, set[str]] = {"zarr-v2": {"dtype", "order"}}
 
 
 # -- small formatting helpers ------------------------------------------------------------------
-def human_bytes(nbytes: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(nbytes) < 1024 or unit == "TiB":
-            return f"{int(nbytes)} B" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} PiB"  # pragma: no cover - the loop returns at TiB
-
-
 def _shape(shape: Iterable[int] | None) -> str:
     return "None" if shape is None else str(tuple(shape))
 
@@ -124,14 +121,10 @@ def _attribute_value(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
 
 
 def _is_array(node: Any) -> bool:
-    from zarrx.array import Array
-
     return isinstance(node, Array)
 
 
 def _is_group(node: Any) -> bool:
-    from zarrx.group import Group
-
     return isinstance(node, Group)
 
 
@@ -167,14 +160,13 @@ def _fill_value(array: Any) -> str:
         return repr(array.fill_value)
 
 
-def stored_totals(array: Any) -> tuple[int, int]:
+def stored_totals(array: Array) -> tuple[int, int]:
     """``(stored bytes of the chunks, stored chunks)`` of an array, from one listing."""
-    from zarrx.storage.local import LocalStore
-
     keys = list(array._stored_chunk_keys())
     store = array.store
-    if isinstance(store, LocalStore):  # the file sizes, without reading the files
-        return sum(os.path.getsize(store._path(key)) for key in keys), len(keys)
+    paths = [store.local_path(key) for key in keys[:1]]
+    if paths and paths[0] is not None:  # files on this machine: their sizes, without reading them
+        return sum(os.path.getsize(store.local_path(key)) for key in keys), len(keys)
     total = 0
     for start in range(0, len(keys), 256):  # a batch at a time: memory stays a few chunks
         total += sum(len(value) for value in store.get_many(keys[start : start + 256]).values() if value is not None)
@@ -425,3 +417,26 @@ def node_html(node: Any, **limits: Any) -> str:
     (:data:`HTML_LIMITS` by default); every name and value is escaped."""
     entry = walk(node, **{**HTML_LIMITS, **limits})
     return f"<div class='zarrx-repr'>{_STYLE}{_html_entry(entry, open_=True)}</div>"
+
+
+def group_tree(group: Group) -> str:
+    """``group.tree()``: every node below the group, one per line, unbounded; a group whose
+    members cannot be read raises (``zarrx tree`` shows it instead)."""
+    lines = [group.name]
+
+    def visit(current: Group, indent: str) -> None:
+        children = current.members()
+        for position, (name, node) in enumerate(children):
+            last = position == len(children) - 1
+            branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
+            lines.append(f"{indent}{branch}{summary(node, name)}")
+            if isinstance(node, Group):
+                visit(node, indent + extension)
+
+    visit(group, "")
+    return "\n".join(lines)
+
+
+conveniences.provide("node_text", node_text)
+conveniences.provide("node_html", node_html)
+conveniences.provide("tree", group_tree)

@@ -1,4 +1,4 @@
-"""Selections -> chunk projections.
+"""Selections -> chunk projections (the first step of every plan, :mod:`zarrx.io.plan`).
 
 An indexer turns a user selection into the output shape and an iterable of
 :class:`ChunkProjection` ``(chunk_coords, chunk_selection, out_selection)``:
@@ -29,6 +29,7 @@ import numpy as np
 from zarrx.errors import BoundsCheckError, SelectionError
 
 __all__ = [
+    "is_basic",
     "ChunkProjection",
     "BasicIndexer",
     "OrthogonalIndexer",
@@ -54,6 +55,16 @@ class DimProjection:
     chunk_selection: int | slice | np.ndarray
     out_selection: slice | np.ndarray | None  # None: the dimension is dropped (integer index)
     is_complete: bool
+
+
+def is_basic(selection: Any) -> bool:
+    """Whether ``selection`` is a basic one (ints, slices, Ellipsis): what ``arr[selection]`` reads
+    with :class:`BasicIndexer`; anything else it reads as outer indexing, as NumPy would."""
+    items = selection if isinstance(selection, tuple) else (selection,)
+    return all(
+        item is Ellipsis or isinstance(item, slice) or (np.ndim(item) == 0 and not isinstance(item, (list, np.ndarray)))
+        for item in items
+    )
 
 
 def _is_integer(value: Any) -> bool:

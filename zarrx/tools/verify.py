@@ -32,21 +32,24 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from zarrx.chunk_io import ChunkLayout, decoded_nbytes, split_batches
-from zarrx.codecs.sharding import EMPTY
 from zarrx.concurrency import map_concurrent
-from zarrx.errors import ChunkDecodeError, NodeNotFoundError, StoreError, ZarrxError
-from zarrx.hierarchy import layout_of, node_keys, read_node
-from zarrx.node import Node
+from zarrx.errors import NodeNotFoundError, StoreError, ZarrxError
+from zarrx.io.decode import decode_stored
+from zarrx.io.handle import ArrayHandle
+from zarrx.io.plan import decoded_nbytes, split_batches
+from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, NodeMetadata
+from zarrx.nodes.hierarchy import format_of, node_keys, read_node
+from zarrx.nodes.node import Node
+from zarrx.sizes import human_bytes
 from zarrx.storage import make_store
-from zarrx.storage.local import LocalStore, is_temporary_name
-from zarrx.storage.paths import join_key, normalize_path, validate_node_name
+from zarrx.storage.local import is_temporary_name
+from zarrx.storage.paths import is_node_name, join_key, normalize_path
 from zarrx.storage.store import Store
+from zarrx.tools.progress import ProgressCallback, progress_callback
 
 __all__ = ["verify", "VerifyReport", "Problem", "ArrayCheck", "MAX_LISTED_MISSING"]
 
@@ -58,8 +61,6 @@ MAX_GRID_WALKED = 10**6
 BATCH_BYTES = 64 * 2**20
 #: problems and keys of each kind shown by ``str(report)``
 SHOWN = 20
-
-ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class VerifyReport:
         lines = [f"verify {self.store} {'/' + self.path!r}"]
         lines.append(
             f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {self.chunks_checked} stored chunk(s) "
-            f"checked ({_human(self.bytes_checked)}) in {self.seconds:.1f} s"
+            f"checked ({human_bytes(self.bytes_checked)}) in {self.seconds:.1f} s"
         )
         lines += [f"  {array}" for array in self.arrays[:SHOWN]]
         if len(self.arrays) > SHOWN:
@@ -164,34 +165,18 @@ class VerifyReport:
         printer.text(str(self))
 
 
-def _human(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024:
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} TiB"
-
-
 # -- walking the hierarchy -------------------------------------------------------------------
 @dataclass
 class _Walk:
     """The nodes found below the verified node."""
 
-    arrays: dict[str, Any] = field(default_factory=dict)  # path -> metadata
-    groups: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, ArrayMetadataLike] = field(default_factory=dict)  # path -> metadata
+    groups: dict[str, GroupMetadataLike] = field(default_factory=dict)
     #: key prefixes of nodes whose metadata failed: their keys are not judged
     skipped_prefixes: list[str] = field(default_factory=list)
 
 
-def _is_node_name(name: str) -> bool:
-    try:
-        validate_node_name(name)
-    except ZarrxError:
-        return False
-    return True
-
-
-def _walk(store: Store, root_path: str, root_metadata: Any, report: VerifyReport) -> _Walk:
+def _walk(store: Store, root_path: str, root_metadata: NodeMetadata, report: VerifyReport) -> _Walk:
     walk = _Walk()
     stack = [(root_path, root_metadata)]
     while stack:
@@ -204,16 +189,18 @@ def _walk(store: Store, root_path: str, root_metadata: Any, report: VerifyReport
     return walk
 
 
-def _children(store: Store, path: str, metadata: Any, report: VerifyReport, walk: _Walk) -> dict[str, Any]:
+def _children(
+    store: Store, path: str, metadata: GroupMetadataLike, report: VerifyReport, walk: _Walk
+) -> dict[str, NodeMetadata]:
     """The child nodes of the group at ``path`` by path; a child whose metadata fails is reported."""
-    layout = layout_of(metadata)
+    node_format = format_of(metadata)
     try:
-        return {join_key(path, name): child for name, child in layout.list_children(store, path).items()}
+        return {join_key(path, name): child for name, child in node_format.list_children(store, path).items()}
     except ZarrxError:
         pass  # one bad document fails the whole batch: find it child by child
     children = {}
     try:
-        names = [name for name in store.list_dir(join_key(path, "")) if _is_node_name(name)]
+        names = [name for name in store.list_dir(join_key(path, "")) if is_node_name(name)]
     except ZarrxError as error:
         report.bad_metadata.append(Problem(join_key(path, ""), "/" + path, f"cannot list the group: {error}"))
         walk.skipped_prefixes.append(join_key(path, ""))
@@ -221,9 +208,9 @@ def _children(store: Store, path: str, metadata: Any, report: VerifyReport, walk
     for name in names:
         child = join_key(path, name)
         try:
-            found = layout.read_child(store, child)
+            found = node_format.read_child(store, child)
         except ZarrxError as error:
-            report.bad_metadata.append(Problem(layout.keys(child)[0], "/" + child, str(error)))
+            report.bad_metadata.append(Problem(node_format.keys(child)[0], "/" + child, str(error)))
             walk.skipped_prefixes.append(join_key(child, ""))
             continue
         if found is not None:
@@ -243,7 +230,7 @@ def _claimed_metadata_keys(walk: _Walk) -> set[str]:
     return keys
 
 
-def _chunk_coords(key: str, prefixes: dict[str, tuple[str, Any]]) -> tuple[str, tuple[int, ...]] | None:
+def _chunk_coords(key: str, prefixes: dict[str, tuple[str, ArrayMetadataLike]]) -> tuple[str, tuple[int, ...]] | None:
     """``(array path, chunk coordinates)`` when ``key`` is a chunk key inside an array's grid."""
     ends = [0] + [position + 1 for position, character in enumerate(key) if character == "/"]
     for end in ends:
@@ -289,7 +276,7 @@ def _stored_chunks(
     return stored
 
 
-def _missing_keys(metadata: Any, path: str, stored: set[tuple[int, ...]], limit: int) -> Iterator[str]:
+def _missing_keys(metadata: ArrayMetadataLike, path: str, stored: set[tuple[int, ...]], limit: int) -> Iterator[str]:
     """Keys of up to ``limit`` grid chunks that are not stored (for grids of up to MAX_GRID_WALKED chunks)."""
     if metadata.nchunks > MAX_GRID_WALKED:
         return
@@ -303,15 +290,15 @@ def _missing_keys(metadata: Any, path: str, stored: set[tuple[int, ...]], limit:
 
 def _temporary_files(store: Store, root_path: str) -> list[str]:
     """Leftover temporary files of interrupted LocalStore writes below the node, as key-like paths."""
-    local = store if isinstance(store, LocalStore) else getattr(store, "_local", None)
-    if not isinstance(local, LocalStore):
+    marker = store.local_path(join_key(root_path, "zarr.json"))  # any key: where its folder is
+    if marker is None:
         return []
-    top = os.path.join(local.root, *root_path.split("/")) if root_path else local.root
+    top, root = os.path.dirname(marker), os.path.dirname(store.local_path("zarr.json"))
     found = []
     for folder, _, files in os.walk(top):
         for name in files:
             if is_temporary_name(name):
-                found.append(os.path.relpath(os.path.join(folder, name), local.root).replace(os.sep, "/"))
+                found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
     return sorted(found)
 
 
@@ -320,27 +307,7 @@ def _temporary_files(store: Store, root_path: str) -> list[str]:
 class _Job:
     key: str
     path: str
-    layout: ChunkLayout
-
-
-def _decode_shard(layout: ChunkLayout, raw: bytes, key: str) -> None:
-    """Decode a shard's index and each inner chunk (one at a time, so memory stays one inner chunk)."""
-    codec, spec = layout.sharding, layout.spec
-    index_size = codec.index_size(spec)
-    view = memoryview(raw)
-    if len(view) < index_size:
-        raise ChunkDecodeError(
-            f"chunk {key!r}: codec 'sharding_indexed': a shard of {len(view)} bytes cannot hold its "
-            f"{index_size}-byte index"
-        )
-    index_bytes = view[len(view) - index_size :] if codec.index_location == "end" else view[:index_size]
-    index = codec.decode_index(index_bytes, spec, key, shard_size=len(view))
-    inner_spec = codec.inner_spec(spec)
-    for inner in itertools.product(*(range(n) for n in codec.chunks_per_shard(spec))):
-        offset, nbytes = index[inner]
-        if offset == EMPTY and nbytes == EMPTY:
-            continue
-        codec.codecs.decode(view[int(offset) : int(offset) + int(nbytes)], inner_spec, key=f"{key} inner chunk {inner}")
+    handle: ArrayHandle
 
 
 def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
@@ -348,10 +315,7 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
     if raw is None:
         return 0  # deleted since it was listed: now missing, which is legal
     try:
-        if job.layout.sharding is not None:
-            _decode_shard(job.layout, raw, job.key)
-        else:
-            job.layout.decode_chunk(raw, job.key)
+        decode_stored(job.handle, job.key, raw)
     except ZarrxError as error:
         report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
     except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
@@ -372,17 +336,6 @@ def _fetch(store: Store, keys: list[str], report: VerifyReport, jobs: dict[str, 
         except Exception as error:
             report.corrupt.append(Problem(key, "/" + jobs[key].path, f"cannot read it: {type(error).__name__}: {error}"))
     return values
-
-
-def _progress_printer() -> ProgressCallback:
-    started = time.perf_counter()
-
-    def show(done: int, total: int) -> None:
-        elapsed = time.perf_counter() - started
-        end = "\n" if done >= total else ""
-        print(f"\rverify: {done}/{total} chunks checked ({elapsed:.1f} s)", end=end, file=sys.stderr, flush=True)
-
-    return show
 
 
 def verify(
@@ -464,8 +417,8 @@ def verify(
                 stored=len(chunks),
             )
         )
-        layout = ChunkLayout(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, layout)) for key, _ in sorted(chunks))
+        handle = ArrayHandle(zstore, array_path, metadata)
+        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
         missing = metadata.nchunks - len(chunks)
         if missing:
             report.missing.extend(
@@ -473,9 +426,9 @@ def verify(
             )
     report.temporary = _temporary_files(zstore, path)
 
-    show = _progress_printer() if progress is True else (progress or None)
+    show = progress_callback(progress, "verify")
     total, done = len(jobs), 0
-    weight = lambda key: decoded_nbytes(jobs[key].layout.spec)  # noqa: E731
+    weight = lambda key: decoded_nbytes(jobs[key].handle.spec)  # noqa: E731
     for batch in split_batches(list(jobs), weight, BATCH_BYTES):
         values = _fetch(zstore, batch, report, jobs)
         checked = map_concurrent(lambda key: _check(jobs[key], values.get(key), report), [k for k in batch if k in values])

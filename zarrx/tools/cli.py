@@ -7,7 +7,7 @@ when it is JSON -- ``anon=true``, ``block_size=0`` -- else kept as text), passed
 ``zarrx tree URL``
     The hierarchy, one node per line: shapes, data types, chunks, shards and codecs.
 ``zarrx info URL [--path NODE]``
-    One node in detail (:func:`zarrx.display.info_text`): codecs, fill value, dimension
+    One node in detail (:func:`zarrx.tools.display.info_text`): codecs, fill value, dimension
     names, attributes, stored bytes, compression ratio, chunks initialized.
 ``zarrx verify URL``
     Decode every stored chunk in parallel with a progress bar (:func:`zarrx.verify`), list
@@ -38,12 +38,18 @@ import os
 import re
 import sys
 import time
+from importlib.metadata import version
 from typing import Any, Callable, Iterator, Sequence
 
-import zarrx
-from zarrx import display
-from zarrx.demo import run_demo
 from zarrx.errors import NodeNotFoundError, UsageError, ZarrxError
+from zarrx.nodes.api import consolidate_metadata, open as open_any
+from zarrx.nodes.array import Array
+from zarrx.nodes.group import Group
+from zarrx.tools import display
+from zarrx.tools.conversion import convert, migrate_v2_to_v3
+from zarrx.tools.demo import run_demo
+from zarrx.tools.progress import ProgressBar
+from zarrx.tools.verify import verify
 
 __all__ = ["main"]
 
@@ -75,11 +81,11 @@ def store_expected(url: str, path: str) -> Iterator[None]:
         raise NodeNotFoundError(f"{url} is not a Zarr store: {error}") from None
 
 
-def open_node(url: str, path: str, storage_options: dict[str, Any] | None) -> zarrx.Array | zarrx.Group:
+def open_node(url: str, path: str, storage_options: dict[str, Any] | None) -> Array | Group:
     """The array or group at ``path`` below ``url``, read-only."""
     check_location(url)
     with store_expected(url, path):
-        return zarrx.open(url, path, mode="r", storage_options=storage_options)
+        return open_any(url, path, mode="r", storage_options=storage_options)
 
 
 # -- tree, info, verify, consolidate ----------------------------------------------------------
@@ -93,33 +99,10 @@ def run_tree(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     node = open_node(args.url, args.path, parse_storage_options(args.storage_option))
     print(display.info_text(node, stored=not args.metadata_only))
-    if isinstance(node, zarrx.Group):
+    if isinstance(node, Group):
         print("Members:")
         print(display.tree_text(node, max_depth=1, max_children=50))
     return 0
-
-
-class ProgressBar:
-    """``verify [########------------]  40% 120/300 chunks 1.2 s`` on stderr; redrawn in place
-    on a terminal, printed once at the end otherwise (a log stays one line)."""
-
-    WIDTH = 30
-
-    def __init__(self, label: str, stream: Any = None) -> None:
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.started = time.perf_counter()
-
-    def __call__(self, done: int, total: int) -> None:
-        if done < total and not self.live:
-            return
-        fraction = done / total if total else 1.0
-        filled = round(fraction * self.WIDTH)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        line = f"{self.label} [{bar}] {fraction:4.0%} {done}/{total} chunks {time.perf_counter() - self.started:.1f} s"
-        end = "\n" if done >= total else ""
-        print(f"\r{line}" if self.live else line, end=end, file=self.stream, flush=True)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -127,7 +110,7 @@ def run_verify(args: argparse.Namespace) -> int:
     check_location(args.url)
     progress: bool | Callable[[int, int], None] = False if args.no_progress else ProgressBar("verify")
     with store_expected(args.url, args.path):
-        report = zarrx.verify(args.url, args.path, storage_options=options, progress=progress)
+        report = verify(args.url, args.path, storage_options=options, progress=progress)
     print(report)
     if not report.ok:
         return EXIT_PROBLEMS
@@ -141,7 +124,7 @@ def run_consolidate(args: argparse.Namespace) -> int:
     options = parse_storage_options(args.storage_option)
     check_location(args.url)
     with store_expected(args.url, args.path):
-        group = zarrx.consolidate_metadata(args.url, args.path, storage_options=options)
+        group = consolidate_metadata(args.url, args.path, storage_options=options)
     nodes = len(group.members(max_depth=None))
     document = ".zmetadata" if group.zarr_format == 2 else "zarr.json"
     print(f"Consolidated the metadata of {nodes} node(s) below {group.name!r} into its {document}")
@@ -230,14 +213,14 @@ def run_convert(args: argparse.Namespace) -> int:
             raise UsageError(
                 "--migrate-in-place keeps the chunks as stored; --chunks, --shards and --compressor need a copy (give DST)"
             )
-        node = zarrx.migrate_v2_to_v3(args.src, args.path, storage_options=storage_options)
+        node = migrate_v2_to_v3(args.src, args.path, storage_options=storage_options)
         print(f"Migrated {args.src} in place: Zarr v3 metadata written beside the v2 metadata")
         print(display.tree_text(node))
         return 0
     if args.dst is None:
         raise UsageError("convert needs SRC and DST (or --migrate-in-place to rewrite SRC's metadata)")
     started = time.perf_counter()
-    node = zarrx.convert(
+    node = convert(
         args.src,
         args.dst,
         path=args.path,
@@ -260,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Zarr v3 for the dask/xarray world. Every URL may be a path or any fsspec URL "
         "(file://, s3://, https://, memory://, ...).",
     )
-    parser.add_argument("--version", action="version", version=f"zarrx {zarrx.__version__}")
+    parser.add_argument("--version", action="version", version=f"zarrx {version('zarrx')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     location = argparse.ArgumentParser(add_help=False)

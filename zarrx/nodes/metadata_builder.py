@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
+
 from zarrx.codecs import (
     BytesCodec,
     CodecPipeline,
@@ -19,12 +21,15 @@ from zarrx.codecs import (
     ZstdCodec,
     parse_codecs,
 )
-from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.base import ArrayBytesCodec, ChunkSpec
+from zarrx.codecs.v2 import check_codec_config
 from zarrx.dtypes import DataType, resolve_data_type
+from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
 from zarrx.errors import MetadataError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_shape
 from zarrx.metadata.chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.metadata.node import ArrayMetadata, parse_dimension_names
+from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
 
 __all__ = ["build_array_metadata", "build_array_metadata_v2", "guess_chunks"]
 
@@ -68,7 +73,7 @@ def parse_shards(shards: Any, chunks: tuple[int, ...]) -> tuple[int, ...]:
     return shards
 
 
-def default_serializer(data_type: DataType) -> Any:
+def default_serializer(data_type: DataType) -> ArrayBytesCodec:
     if data_type.is_variable_length:
         if data_type.name == "string":
             return VLenUTF8Codec()
@@ -161,8 +166,6 @@ DEFAULT_V2_COMPRESSOR = {"id": "zstd", "level": 0}
 
 def _v2_codec_config(codec: Any, field_name: str) -> dict[str, Any]:
     """A numcodecs codec (or its configuration dict) as a checked v2 configuration."""
-    from zarrx.codecs.v2 import check_codec_config
-
     if hasattr(codec, "get_config") and callable(codec.get_config):
         codec = codec.get_config()
     config = check_codec_config(codec, field_name)
@@ -173,8 +176,6 @@ def _v2_codec_config(codec: Any, field_name: str) -> dict[str, Any]:
 
 def _v2_data_type(dtype: Any) -> tuple[DataType, Any]:
     """The data type and stored NumPy dtype for a v2 array (byte order kept as the user gave it)."""
-    from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
-
     try:
         data_type = resolve_data_type(dtype)
     except MetadataError:
@@ -190,9 +191,7 @@ def _v2_data_type(dtype: Any) -> tuple[DataType, Any]:
     return data_type, stored
 
 
-def _numpy_dtype(dtype: Any) -> Any:
-    import numpy as np
-
+def _numpy_dtype(dtype: Any) -> np.dtype | None:
     if isinstance(dtype, (DataType, dict)):
         return None
     try:
@@ -216,7 +215,7 @@ def build_array_metadata_v2(
     order: str | None = None,
     dimension_names: Sequence[str | None] | None = None,
     attributes: dict[str, Any] | None = None,
-) -> Any:
+) -> ArrayMetadataV2:
     """:func:`zarrx.create_array`'s keywords as Zarr v2 metadata (``.zarray`` + ``.zattrs``).
 
     Filters and the compressor are numcodecs codecs or their configuration dicts; ``str``
@@ -226,9 +225,6 @@ def build_array_metadata_v2(
     ``fill_value`` the array has none (``null``, as zarr-python writes for
     ``fill_value=None``): missing chunks read as the type's default (zero, ``""``...).
     """
-    from zarrx.dtypes.v2 import v2_dtype_for
-    from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
-
     if shards is not None:
         raise MetadataError(f"shards: Zarr format 2 has no sharding, found shards={shards!r}; use zarr_format=3")
     if not (isinstance(serializer, str) and serializer == "auto"):

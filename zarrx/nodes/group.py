@@ -4,7 +4,7 @@ A :class:`Group` is a node whose children are arrays and groups. Children are
 found by listing the group's prefix and reading every candidate's metadata in
 one concurrent batch (``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
 v2, ``meta/root/…`` documents for the 2022 draft layout; see
-:mod:`zarrx.hierarchy`) -- or, when the group was opened from consolidated
+:mod:`zarrx.nodes.hierarchy`) -- or, when the group was opened from consolidated
 metadata, from that document alone without touching the store. Children are in
 the group's format; groups and arrays created below a v2 group are v2.
 """
@@ -13,20 +13,25 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from zarrx.array import Array
-from zarrx.errors import InvalidPathError, NodeNotFoundError
-from zarrx.hierarchy import NodeLayout, layout_of
-from zarrx.metadata.node import ArrayMetadata, GroupMetadata
-from zarrx.node import Node
+import numpy as np
+
+from zarrx.errors import ContainsArrayError, InvalidPathError, NodeNotFoundError
+from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
+from zarrx.nodes import conveniences
+from zarrx.nodes.array import Array
+from zarrx.nodes.create import new_array, new_group_metadata
+from zarrx.nodes.hierarchy import NodeFormat, format_of
+from zarrx.nodes.node import Node
 from zarrx.storage.paths import normalize_path
 from zarrx.storage.store import Store
 
 __all__ = ["Group", "node_from_metadata"]
 
+
 def node_from_metadata(
     store: Store,
     path: str,
-    metadata: ArrayMetadata | GroupMetadata,
+    metadata: NodeMetadata,
     *,
     read_only: bool,
     consolidated: dict[str, dict[str, Any]] | None = None,
@@ -36,7 +41,7 @@ def node_from_metadata(
     return Group(store, path, metadata, read_only=read_only, consolidated=consolidated)
 
 
-class Group(Node[GroupMetadata]):
+class Group(Node[GroupMetadataLike]):
     """A Zarr group in a store.
 
     Open or create one with :func:`zarrx.open_group` / :func:`zarrx.create_group`.
@@ -56,7 +61,7 @@ class Group(Node[GroupMetadata]):
         self,
         store: Store,
         path: str,
-        metadata: GroupMetadata,
+        metadata: GroupMetadataLike,
         *,
         read_only: bool = False,
         consolidated: dict[str, dict[str, Any]] | None = None,
@@ -87,20 +92,20 @@ class Group(Node[GroupMetadata]):
         return f"{self._path}/{relative}" if self._path else relative
 
     @property
-    def _layout(self) -> NodeLayout:
-        return layout_of(self._metadata)
+    def _format(self) -> NodeFormat:
+        return format_of(self._metadata)
 
-    def _child_documents(self) -> dict[str, ArrayMetadata | GroupMetadata]:
+    def _child_documents(self) -> dict[str, NodeMetadata]:
         """Metadata of the direct children, by name (one listing + one batched read)."""
         if self._consolidated is not None:
             return {
-                name: self._layout.parse_consolidated(document, self._child_path(name))
+                name: self._format.parse_consolidated(document, self._child_path(name))
                 for name, document in sorted(self._consolidated.items())
                 if "/" not in name
             }
-        return self._layout.list_children(self._store, self._path)
+        return self._format.list_children(self._store, self._path)
 
-    def _node(self, path: str, metadata: ArrayMetadata | GroupMetadata) -> "Array | Group":
+    def _node(self, path: str, metadata: NodeMetadata) -> "Array | Group":
         consolidated = None
         if self._consolidated is not None and metadata.node_type == "group":
             relative = path[len(self._path) + 1 :] if self._path else path
@@ -114,15 +119,15 @@ class Group(Node[GroupMetadata]):
     def __getitem__(self, name: str) -> "Array | Group":
         path = self._child_path(name)
         relative = path[len(self._path) + 1 :] if self._path else path
-        layout = self._layout
+        node_format = self._format
         if self._consolidated is not None:
             document = self._consolidated.get(relative)
             if document is None:
                 raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (consolidated metadata)")
-            return self._node(path, layout.parse_consolidated(document, path))
-        metadata = layout.read_child(self._store, path)
+            return self._node(path, node_format.parse_consolidated(document, path))
+        metadata = node_format.read_child(self._store, path)
         if metadata is None:
-            keys = " or ".join(repr(key) for key in layout.keys(path))
+            keys = " or ".join(repr(key) for key in node_format.keys(path))
             raise NodeNotFoundError(f"no array or group {relative!r} in group {self.name!r} (key {keys} is absent)")
         return self._node(path, metadata)
 
@@ -177,59 +182,48 @@ class Group(Node[GroupMetadata]):
     def tree(self) -> str:
         """The hierarchy below this group as text, one node per line (shapes, data types, chunks,
         shards, codecs); a group that cannot be read raises (``zarrx tree`` shows it instead)."""
-        from zarrx.display import summary
-
-        lines = [self.name]
-
-        def walk(group: Group, indent: str) -> None:
-            children = group.members()
-            for position, (name, node) in enumerate(children):
-                last = position == len(children) - 1
-                branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
-                lines.append(f"{indent}{branch}{summary(node, name)}")
-                if not isinstance(node, Array):
-                    walk(node, indent + extension)
-
-        walk(self, "")
-        return "\n".join(lines)
+        return conveniences.call("tree", self)
 
     # -- changes ----------------------------------------------------------------------------
     def create_array(self, name: str, **kwargs: Any) -> Array:
         """Create an array below this group (in the group's Zarr format unless ``zarr_format``
         says otherwise); takes :func:`zarrx.create_array`'s keywords."""
-        from zarrx.api import create_array
-
         self._check_writable()
         kwargs.setdefault("zarr_format", self._metadata.zarr_format)
-        return create_array(self._store, self._child_path(name), **kwargs)
+        return new_array(self._store, normalize_path(self._child_path(name)), **kwargs)
 
     def create_group(self, name: str, **kwargs: Any) -> "Group":
         """Create a group below this group (in the group's Zarr format by default); takes
         :func:`zarrx.create_group`'s keywords."""
-        from zarrx.api import create_group
-
         self._check_writable()
-        kwargs.setdefault("zarr_format", self._metadata.zarr_format)
-        return create_group(self._store, self._child_path(name), **kwargs)
+        return self._new_group(self._child_path(name), **kwargs)
+
+    def _new_group(
+        self, path: str, attributes: dict[str, Any] | None = None, zarr_format: Any = None, overwrite: bool = False
+    ) -> "Group":
+        path = normalize_path(path)  # refuses reserved names, which other writers' nodes may have
+        zarr_format = self._metadata.zarr_format if zarr_format is None else zarr_format
+        return Group(self._store, path, new_group_metadata(self._store, path, attributes, zarr_format, overwrite))
 
     def require_group(self, name: str, **kwargs: Any) -> "Group":
         """The child group ``name``, created when absent."""
-        from zarrx.api import open_group
-
         self._check_writable()
-        kwargs.setdefault("zarr_format", self._metadata.zarr_format)
-        return open_group(self._store, self._child_path(name), mode="a", **kwargs)
+        path = self._child_path(name)
+        metadata = self._format.read_child(self._store, path)
+        if metadata is None:
+            return self._new_group(path, **kwargs)
+        if metadata.node_type == "array":
+            raise ContainsArrayError(f"expected a group at {'/' + path!r} but found an array")
+        return Group(self._store, path, metadata)
 
     def __delitem__(self, name: str) -> None:
         self._check_writable()
         path = self._child_path(name)
-        if self._layout.read_child(self._store, path) is None:
+        if self._format.read_child(self._store, path) is None:
             raise NodeNotFoundError(f"no array or group {name!r} in group {self.name!r}")
         self._store.delete_prefix(path + "/")
 
     def __setitem__(self, name: str, value: Any) -> None:
-        import numpy as np
-
         self._check_writable()
         data = np.asarray(value)
         array = self.create_array(name, shape=data.shape, dtype=data.dtype, overwrite=True)

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-import zarrx
-from zarrx import display
 from zarrx.errors import UsageError
+from zarrx.nodes.api import open_group
+from zarrx.nodes.group import Group
+from zarrx.tools import display
 
 __all__ = ["demo_dataset", "write_demo_dataset", "run_demo"]
 
@@ -75,7 +76,7 @@ def demo_dataset(seed: int = 42) -> Any:
     )  # fmt: skip
 
 
-def write_demo_dataset(path: str) -> zarrx.Group:
+def write_demo_dataset(path: str) -> Group:
     """Write :func:`demo_dataset` to ``path`` (replacing it) as sharded Zarr v3, consolidated."""
     import zarrx.xarray  # noqa: F401  (the ds.zarrx accessor)
 
@@ -86,7 +87,7 @@ def write_demo_dataset(path: str) -> zarrx.Group:
         for name in dataset.data_vars
     }
     dataset.zarrx.to_zarr(path, mode="w", encoding=encoding, consolidated=True)
-    return zarrx.open_group(path, mode="r")
+    return open_group(path, mode="r")
 
 
 def run_demo(directory: str | None) -> int:

@@ -19,8 +19,8 @@ every v3 open; v3 is the format zarrx is for.) ``zarr_format=2`` reads only the 
 (after an in-place migration), v3 wins, as in zarr-python.
 
 Once a group is open its format is known, so its children are found with one listing and one
-batched read of their documents (:meth:`NodeLayout.list_children`), and one child with one
-batch (:meth:`NodeLayout.read_child`). Each format is a :class:`NodeLayout`; :func:`layout_of`
+batched read of their documents (:meth:`NodeFormat.list_children`), and one child with one
+batch (:meth:`NodeFormat.read_child`). Each format is a :class:`NodeFormat`; :func:`format_of`
 picks the one a node's metadata belongs to.
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from zarrx.errors import InvalidPathError, MetadataError
+from zarrx.errors import MetadataError
 from zarrx.metadata.draft import (
     DRAFT_FORMAT,
     DraftGroupMetadata,
@@ -38,58 +38,50 @@ from zarrx.metadata.draft import (
     parse_draft_node,
 )
 from zarrx.metadata.node import ZARR_JSON, decode_json, parse_node_metadata
+from zarrx.metadata.protocol import NodeMetadata
 from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, parse_v2_node
-from zarrx.storage.paths import join_key, normalize_path
+from zarrx.storage.paths import is_node_name, join_key
 from zarrx.storage.store import Store
 
-__all__ = ["read_node", "write_node", "layout_of", "NodeLayout", "ZARR_JSON", "node_keys"]
+__all__ = ["read_node", "write_node", "format_of", "NodeFormat", "ZARR_JSON", "node_keys"]
 
 _V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
 _FORMATS = (None, 2, 3)
 
 
-def _is_node_name(name: str) -> bool:
-    """Whether a listed name can be a child: names other writers use are read (xarray's
-    ``__xarray_dataarray_variable__``), but not folders such as '.' or '..' or with a backslash."""
-    try:
-        return normalize_path(name, allow_reserved=True) == name
-    except InvalidPathError:
-        return False
-
-
-class NodeLayout:
+class NodeFormat:
     """Where one format keeps the metadata of a node and of its children."""
 
     def keys(self, path: str) -> list[str]:
         """The keys whose presence makes a node at ``path`` (for messages)."""
         raise NotImplementedError
 
-    def read_child(self, store: Store, path: str) -> Any:
+    def read_child(self, store: Store, path: str) -> NodeMetadata | None:
         """The metadata of the node at ``path``, or None."""
         raise NotImplementedError
 
-    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
         """Metadata of the direct children of the group at ``path``, by name."""
         raise NotImplementedError
 
-    def parse_consolidated(self, entry: Any, path: str) -> Any:
+    def parse_consolidated(self, entry: Any, path: str) -> NodeMetadata:
         """A child's metadata from an entry of its ancestor's consolidated metadata."""
         raise NotImplementedError
 
 
-class V3Layout(NodeLayout):
+class V3Format(NodeFormat):
     def keys(self, path: str) -> list[str]:
         return [join_key(path, ZARR_JSON)]
 
-    def read_child(self, store: Store, path: str) -> Any:
+    def read_child(self, store: Store, path: str) -> NodeMetadata | None:
         key = join_key(path, ZARR_JSON)
         raw = store.get(key)
         return None if raw is None else parse_node_metadata(raw, key)
 
-    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
         prefix = join_key(path, "")
         # names that cannot be nodes are not children, nor folders without a zarr.json
-        names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and _is_node_name(name))
+        names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and is_node_name(name))
         keys = {name: join_key(path, f"{name}/{ZARR_JSON}") for name in names}
         documents = store.get_many(list(keys.values()))
         return {
@@ -98,24 +90,24 @@ class V3Layout(NodeLayout):
             if documents.get(key) is not None
         }
 
-    def parse_consolidated(self, entry: Any, path: str) -> Any:
+    def parse_consolidated(self, entry: Any, path: str) -> NodeMetadata:
         return parse_node_metadata(entry, join_key(path, ZARR_JSON))
 
 
-class V2Layout(NodeLayout):
+class V2Format(NodeFormat):
     def keys(self, path: str) -> list[str]:
         return [join_key(path, ZARRAY), join_key(path, ZGROUP)]
 
-    def read_child(self, store: Store, path: str) -> Any:
+    def read_child(self, store: Store, path: str) -> NodeMetadata | None:
         keys = {name: join_key(path, name) for name in _V2_DOCUMENTS}
         documents = store.get_many(list(keys.values()))
         return parse_v2_node({name: documents.get(key) for name, key in keys.items()}, path)
 
-    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
         prefix = join_key(path, "")
         names = sorted(
             name for name in store.list_dir(prefix)
-            if name not in (*_V2_DOCUMENTS, ZMETADATA, ZARR_JSON) and _is_node_name(name)
+            if name not in (*_V2_DOCUMENTS, ZMETADATA, ZARR_JSON) and is_node_name(name)
         )  # fmt: skip
         child_paths = {name: join_key(path, name) for name in names}
         keys = [join_key(child, document) for child in child_paths.values() for document in _V2_DOCUMENTS]
@@ -127,7 +119,7 @@ class V2Layout(NodeLayout):
                 children[name] = metadata
         return children
 
-    def parse_consolidated(self, entry: Any, path: str) -> Any:
+    def parse_consolidated(self, entry: Any, path: str) -> NodeMetadata:
         metadata = parse_v2_node(entry, path)
         if metadata is None:
             raise MetadataError(f"{join_key(path, ZARRAY)}: the consolidated metadata has no .zarray or .zgroup here")
@@ -135,13 +127,13 @@ class V2Layout(NodeLayout):
 
 
 @dataclass(frozen=True)
-class DraftLayout(NodeLayout):
+class DraftFormat(NodeFormat):
     hierarchy: DraftHierarchy
 
     def keys(self, path: str) -> list[str]:
         return [self.hierarchy.node_key(path, "array"), self.hierarchy.node_key(path, "group")]
 
-    def read_child(self, store: Store, path: str) -> Any:
+    def read_child(self, store: Store, path: str) -> NodeMetadata | None:
         array_key, group_key = self.keys(path)
         documents = store.get_many([array_key, group_key])
         metadata = parse_draft_node(documents.get(array_key), documents.get(group_key), self.hierarchy, path)
@@ -149,7 +141,7 @@ class DraftLayout(NodeLayout):
             return DraftGroupMetadata(explicit=False, hierarchy=self.hierarchy)  # implicit
         return metadata
 
-    def list_children(self, store: Store, path: str) -> dict[str, Any]:
+    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
         suffix = self.hierarchy.metadata_key_suffix
         documented: dict[str, str] = {}  # name -> "array" or "group"
         implicit: set[str] = set()
@@ -161,8 +153,8 @@ class DraftLayout(NodeLayout):
                     break
             else:
                 implicit.add(entry)
-        children: dict[str, Any] = {}
-        names = sorted(name for name in {*documented, *implicit} if _is_node_name(name))
+        children: dict[str, NodeMetadata] = {}
+        names = sorted(name for name in {*documented, *implicit} if is_node_name(name))
         keys = {
             name: self.hierarchy.node_key(join_key(path, name), documented[name]) for name in names if name in documented
         }
@@ -178,27 +170,27 @@ class DraftLayout(NodeLayout):
             children[name] = metadata or DraftGroupMetadata(explicit=False, hierarchy=self.hierarchy)
         return children
 
-    def parse_consolidated(self, entry: Any, path: str) -> Any:
+    def parse_consolidated(self, entry: Any, path: str) -> NodeMetadata:
         raise MetadataError("the 2022 draft layout has no consolidated metadata")
 
 
-LAYOUTS: dict[Any, NodeLayout] = {3: V3Layout(), 2: V2Layout()}
+FORMATS: dict[int, NodeFormat] = {3: V3Format(), 2: V2Format()}
 
 
-def layout_of(metadata: Any) -> NodeLayout:
+def format_of(metadata: NodeMetadata) -> NodeFormat:
     """The layout the node described by ``metadata`` (and its children) is stored in."""
     if metadata.zarr_format == DRAFT_FORMAT:
-        return DraftLayout(metadata.hierarchy)
-    return LAYOUTS[metadata.zarr_format]
+        return DraftFormat(metadata.hierarchy)
+    return FORMATS[metadata.zarr_format]
 
 
 def node_keys(path: str, zarr_format: int | None) -> str:
     """The keys looked for at ``path``, for "not found" messages."""
     formats = [3, 2] if zarr_format is None else [zarr_format]
-    return " or ".join(repr(key) for fmt in formats for key in LAYOUTS[fmt].keys(path))
+    return " or ".join(repr(key) for fmt in formats for key in FORMATS[fmt].keys(path))
 
 
-def write_node(store: Store, path: str, metadata: Any) -> None:
+def write_node(store: Store, path: str, metadata: NodeMetadata) -> None:
     """Store the documents of ``metadata`` (any format) for the node at ``path``: one ``set``
     for a single document, one batch for several (v2's ``.zarray`` and ``.zattrs``)."""
     documents = {join_key(path, name): data for name, data in metadata.documents().items()}
@@ -208,7 +200,9 @@ def write_node(store: Store, path: str, metadata: Any) -> None:
         store.set_many(documents)
 
 
-def read_node(store: Store, path: str, *, zarr_format: int | None = None, consolidated: bool = False) -> Any:
+def read_node(
+    store: Store, path: str, *, zarr_format: int | None = None, consolidated: bool = False
+) -> NodeMetadata | None:
     """The metadata of the node at ``path`` in any format (or ``zarr_format`` only), or None.
 
     With ``consolidated`` a v2 group's ``.zmetadata`` is read in the same batch and attached
@@ -245,9 +239,9 @@ def read_node(store: Store, path: str, *, zarr_format: int | None = None, consol
     return metadata
 
 
-def _read_draft(store: Store, path: str, entry_point: bytes) -> Any:
+def _read_draft(store: Store, path: str, entry_point: bytes) -> NodeMetadata | None:
     hierarchy = DraftHierarchy.from_json(decode_json(entry_point, ZARR_JSON), ZARR_JSON)
-    return DraftLayout(hierarchy).read_child(store, path)
+    return DraftFormat(hierarchy).read_child(store, path)
 
 
 def _is_draft(raw: bytes) -> bool:
@@ -257,7 +251,9 @@ def _is_draft(raw: bytes) -> bool:
         return False  # not JSON: parse_node_metadata reports it
 
 
-def _read_v2(store: Store, path: str, consolidated: bool, with_root: bool = False) -> tuple[Any, bytes | None]:
+def _read_v2(
+    store: Store, path: str, consolidated: bool, with_root: bool = False
+) -> tuple[NodeMetadata | None, bytes | None]:
     """The v2 node at ``path`` (None when absent) and, ``with_root``, the root's ``zarr.json``."""
     names = [*_V2_DOCUMENTS, *([ZMETADATA] if consolidated else [])]
     keys = {name: join_key(path, name) for name in names}

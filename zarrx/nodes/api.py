@@ -10,7 +10,7 @@ there.
 Formats: the ``open*`` functions find the node in any format zarrx reads -- Zarr v3
 (``zarr.json``), Zarr v2 (``.zarray``/``.zgroup``, consolidated ``.zmetadata``) and the
 2022 draft layout (read-only) -- unless ``zarr_format`` (2 or 3) asks for one; see
-:mod:`zarrx.hierarchy` for what is read. ``create_array`` / ``create_group`` write v3
+:mod:`zarrx.nodes.hierarchy` for what is read. ``create_array`` / ``create_group`` write v3
 unless ``zarr_format=2``; nodes created from a v2 group are v2.
 """
 
@@ -18,28 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from zarrx.array import Array
-from zarrx.creation import build_array_metadata, build_array_metadata_v2
-from zarrx.errors import (
-    ContainsArrayError,
-    ContainsGroupError,
-    MetadataError,
-    NodeNotFoundError,
-    ReadOnlyError,
-    UsageError,
-)
-from zarrx.group import Group
-from zarrx.hierarchy import ZARR_JSON, node_keys, read_node, write_node
-from zarrx.metadata.draft import READ_ONLY_REASON, is_draft_entry_point
-from zarrx.metadata.node import (
-    ConsolidatedMetadata,
-    GroupMetadata,
-    decode_json,
-    encode_json,
-    parse_node_metadata,
-)
-from zarrx.metadata.v2 import ZARRAY, ZGROUP, ZMETADATA, ConsolidatedMetadataV2, GroupMetadataV2
-from zarrx.storage import make_store
+from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError
+from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
+from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
+from zarrx.metadata.v2 import ZMETADATA, ConsolidatedMetadataV2
+from zarrx.nodes.array import Array
+from zarrx.nodes.create import WRITE_FORMATS, check_format, new_array, new_group_metadata
+from zarrx.nodes.group import Group
+from zarrx.nodes.hierarchy import ZARR_JSON, node_keys, read_node
+from zarrx.storage import check_mode, make_store
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
 
@@ -52,111 +39,9 @@ __all__ = [
     "consolidate_metadata",
 ]
 
-MODES = ("r", "r+", "a", "w", "w-")
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise UsageError(f"mode: expected one of {MODES}, found {mode!r}")
-    return mode
-
-
-#: the formats zarrx opens (None: detect the format) and writes
-OPEN_FORMATS = (None, 2, 3)
-WRITE_FORMATS = (2, 3)
-
-
-def _check_format(zarr_format: Any, allowed: tuple[Any, ...] = OPEN_FORMATS) -> None:
-    if zarr_format not in allowed:
-        described = "2, 3 or None (detect the format)" if None in allowed else "2 or 3"
-        raise MetadataError(f"zarr_format: expected {described}, found {zarr_format!r}")
-
-
-def _read_metadata(store: Store, path: str, zarr_format: int | None = None, consolidated: bool = False) -> Any:
-    return read_node(store, path, zarr_format=zarr_format, consolidated=consolidated)
-
 
 def _absent(what: str, path: str, store: Store, zarr_format: int | None) -> NodeNotFoundError:
     return NodeNotFoundError(f"no {what} at {'/' + path!r} in {store!r} (key {node_keys(path, zarr_format)} is absent)")
-
-
-def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> None:
-    """Create the missing groups above ``path`` (in ``zarr_format``); an array in the way is an error."""
-    if not path:
-        return  # the root has no parents
-    parts = path.split("/")[:-1]
-    parents = ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
-    missing = ENSURE_PARENTS[zarr_format](store, path, parents)
-    if missing:
-        store.set_many(missing)
-
-
-def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
-    keys = [join_key(parent, ZARR_JSON) for parent in parents]
-    documents = store.get_many([*keys, *(join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP))])
-    _refuse_draft(documents.get(ZARR_JSON), path)
-    missing = {}
-    for parent, key in zip(parents, keys):
-        raw = documents.get(key)
-        if raw is None:
-            _refuse_other_format(documents, parent, path, found=2, wanted=3)
-            missing[key] = GroupMetadata().to_bytes()
-            continue
-        if parse_node_metadata(raw, key).node_type == "array":
-            raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
-    return missing
-
-
-def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
-    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP, ZARR_JSON)]
-    documents = store.get_many(keys)
-    _refuse_draft(documents.get(ZARR_JSON), path)
-    missing = {}
-    for parent in parents:
-        if documents.get(join_key(parent, ZARRAY)) is not None:
-            raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
-        if documents.get(join_key(parent, ZGROUP)) is None:
-            _refuse_other_format(documents, parent, path, found=3, wanted=2)
-            missing.update({join_key(parent, name): data for name, data in GroupMetadataV2().documents().items()})
-    return missing
-
-
-def _refuse_draft(root_document: bytes | None, path: str) -> None:
-    """A root ``zarr.json`` that is the 2022 draft's entry point: that hierarchy is read-only."""
-    if root_document is not None and is_draft_entry_point(decode_json(root_document, ZARR_JSON)):
-        raise ReadOnlyError(f"cannot create a node at {path!r}: the hierarchy {READ_ONLY_REASON.removeprefix('it ')}")
-
-
-def _refuse_other_format(documents: dict[str, bytes | None], parent: str, path: str, found: int, wanted: int) -> None:
-    """A parent stored only in the other format: adding this format's group there would give one
-    node two formats (each reader seeing a different hierarchy), so refuse."""
-    names = (ZARR_JSON,) if found == 3 else (ZARRAY, ZGROUP)
-    if any(documents.get(join_key(parent, name)) is not None for name in names):
-        raise UsageError(
-            f"cannot create a Zarr v{wanted} node at {path!r}: {'/' + parent!r} is a Zarr v{found} node, and a "
-            f"hierarchy keeps one format; create it with zarr_format={found}, or convert the hierarchy first "
-            "(zarrx.convert)"
-        )
-
-
-#: zarr_format -> the documents of the groups missing above a new node
-ENSURE_PARENTS = {3: _missing_parents_v3, 2: _missing_parents_v2}
-
-
-def _clear(store: Store, path: str, existing: Any, overwrite: bool) -> None:
-    if existing is None:
-        return
-    if not overwrite:
-        is_array = existing.node_type == "array"
-        error = ContainsArrayError if is_array else ContainsGroupError
-        kind = "an array" if is_array else "a group"
-        raise error(f"{kind} already exists at {'/' + path!r}; pass overwrite=True (or mode='w') to replace it")
-    store.delete_prefix(join_key(path, ""))
-
-
-def _existing(store: Store, path: str) -> Any:
-    """What is at ``path`` in any format, for create's overwrite check."""
-    return _read_metadata(store, path)
 
 
 def open(
@@ -180,13 +65,13 @@ def open(
     >>> zarrx.open("memory://example-open").attrs.asdict()
     {}
     """
-    _check_mode(mode)
-    _check_format(zarr_format)
+    check_mode(mode)
+    check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
     if mode in ("w", "w-"):
         return open_group(zstore, path, mode=mode, zarr_format=zarr_format)
-    metadata = _read_metadata(zstore, path, zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
+    metadata = read_node(zstore, path, zarr_format=zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
     if metadata is None:
         if mode == "a":
             return open_group(zstore, path, mode=mode, zarr_format=zarr_format)
@@ -201,7 +86,7 @@ def _may_consolidate(mode: str, use_consolidated: bool | None) -> bool:
     return mode == "r" and use_consolidated is not False
 
 
-def _group(store: Store, path: str, metadata: Any, mode: str, use_consolidated: bool | None) -> Group:
+def _group(store: Store, path: str, metadata: GroupMetadataLike, mode: str, use_consolidated: bool | None) -> Group:
     consolidated = None
     if use_consolidated is not False and metadata.consolidated_metadata is not None and mode == "r":
         consolidated = metadata.consolidated_metadata.metadata
@@ -236,14 +121,14 @@ def open_group(
     >>> zarrx.open_group("memory://example-group", mode="r").attrs["title"]
     'demo'
     """
-    _check_mode(mode)
-    _check_format(zarr_format)
+    check_mode(mode)
+    check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
     create_format = 3 if zarr_format is None else zarr_format
     if mode in ("w", "w-"):
         return create_group(zstore, path, attributes=attributes, overwrite=mode == "w", zarr_format=create_format)
-    metadata = _read_metadata(zstore, path, zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
+    metadata = read_node(zstore, path, zarr_format=zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
     if metadata is None:
         if mode == "a":
             return create_group(zstore, path, attributes=attributes, zarr_format=create_format)
@@ -273,15 +158,15 @@ def open_array(
     >>> zarrx.open_array("memory://example-array")[:]
     array([5, 5, 5], dtype=int8)
     """
-    _check_mode(mode)
-    _check_format(zarr_format)
+    check_mode(mode)
+    check_format(zarr_format)
     zstore = make_store(store, mode=mode, storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
     if zarr_format is not None:
         create_kwargs["zarr_format"] = zarr_format
     if mode in ("w", "w-"):
         return create_array(zstore, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs)
-    metadata = _read_metadata(zstore, path, zarr_format)
+    metadata = read_node(zstore, path, zarr_format=zarr_format)
     if metadata is None:
         if mode == "a" and "shape" in create_kwargs:
             return create_array(zstore, path, write_empty_chunks=write_empty_chunks, **create_kwargs)
@@ -341,32 +226,15 @@ def create_array(
     >>> v2.metadata.to_json()["dtype"], v2.metadata.to_json()["compressor"]
     ('>i4', {'id': 'zlib', 'level': 1})
     """
-    _check_format(zarr_format, WRITE_FORMATS)
+    check_format(zarr_format, WRITE_FORMATS)
     zstore = make_store(store, mode="a", storage_options=storage_options)
-    path = normalize_path(path)
-    arguments = dict(
+    return new_array(
+        zstore, normalize_path(path), zarr_format=zarr_format, overwrite=overwrite,
+        write_empty_chunks=write_empty_chunks, order=order, dimension_separator=dimension_separator,
         shape=shape, dtype=dtype, chunks=chunks, shards=shards, fill_value=fill_value, filters=filters,
         serializer=serializer, compressors=compressors, chunk_key_encoding=chunk_key_encoding,
         dimension_names=dimension_names, attributes=attributes,
     )  # fmt: skip
-    if zarr_format == 2:
-        metadata = build_array_metadata_v2(**arguments, order=order, dimension_separator=dimension_separator)
-    else:
-        if order not in (None, "C"):
-            raise MetadataError(
-                f"order: Zarr format 3 stores chunks in C order, found {order!r}; "
-                "use filters=[TransposeCodec(order=...)] to store them transposed"
-            )
-        if dimension_separator is not None:
-            raise MetadataError(
-                "dimension_separator: a Zarr v2 keyword; for Zarr format 3 pass "
-                f"chunk_key_encoding={{'name': 'default', 'separator': {dimension_separator!r}}}"
-            )
-        metadata = build_array_metadata(**arguments)
-    _clear(zstore, path, _existing(zstore, path), overwrite)
-    _ensure_parents(zstore, path, zarr_format)
-    write_node(zstore, path, metadata)
-    return Array(zstore, path, metadata, write_empty_chunks=write_empty_chunks)
 
 
 def create_group(
@@ -388,17 +256,12 @@ def create_group(
     >>> root.tree()
     '/\\n└── a\\n    └── b'
     """
-    _check_format(zarr_format, WRITE_FORMATS)
+    check_format(zarr_format, WRITE_FORMATS)
     if attributes is not None and not isinstance(attributes, dict):
         raise MetadataError(f"attributes: expected a dict, found {type(attributes).__name__}")
     zstore = make_store(store, mode="a", storage_options=storage_options)
     path = normalize_path(path)
-    _clear(zstore, path, _existing(zstore, path), overwrite)
-    _ensure_parents(zstore, path, zarr_format)
-    group_class = GroupMetadataV2 if zarr_format == 2 else GroupMetadata
-    metadata = group_class(attributes=dict(attributes or {}))
-    write_node(zstore, path, metadata)
-    return Group(zstore, path, metadata)
+    return Group(zstore, path, new_group_metadata(zstore, path, attributes, zarr_format, overwrite))
 
 
 def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, Any] | None = None) -> Group:
@@ -435,7 +298,7 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     return open_group(zstore, path, mode="r")
 
 
-def _consolidate_v2(store: Store, path: str, group: Group, members: dict[str, Any]) -> None:
+def _consolidate_v2(store: Store, path: str, group: Group, members: dict[str, Array | Group]) -> None:
     """Write ``.zmetadata``: the group's own ``.zgroup``/``.zattrs`` and every member's documents."""
     nodes = {}
     for name, node in members.items():

@@ -48,11 +48,11 @@ zarrx.errors.StoreError: injected fault: could not write 'b' (write 2 of FaultyS
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from zarrx.errors import StoreError, UsageError
-from zarrx.storage.store import ByteRequest, Store
+from zarrx.storage.store import ByteRequest, Store, WrapperStore
 
 __all__ = ["FaultyStore", "FailOnce", "FaultRule"]
 
@@ -122,7 +122,7 @@ def _parse_rule(rule: FaultRule, name: str) -> Callable[[str, int], bool] | None
     return lambda key, count: count in numbers
 
 
-class FaultyStore(Store):
+class FaultyStore(WrapperStore):
     """Wrap ``inner`` and fail the operations the fault rules pick (see the module docstring).
 
     Parameters
@@ -166,9 +166,7 @@ class FaultyStore(Store):
         fail_in_batch: FaultRule = None,
         exception: type[BaseException] | Callable[[str], BaseException] = StoreError,
     ) -> None:
-        if not isinstance(inner, Store):
-            raise UsageError(f"FaultyStore wraps a zarrx Store, found {type(inner).__name__} {inner!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.exception = exception
         self.fail_get = fail_get
         self.fail_set = fail_set
@@ -185,14 +183,6 @@ class FaultyStore(Store):
         if name in ("fail_get", "fail_set", "fail_delete", "fail_in_batch"):
             object.__setattr__(self, "_" + name, _parse_rule(value, name))
         object.__setattr__(self, name, value)
-
-    @property
-    def read_only(self) -> bool:  # type: ignore[override]
-        return self.inner.read_only
-
-    @property
-    def process_local(self) -> bool:
-        return self.inner.process_local
 
     def reset(self) -> None:
         """Forget the operations counted and the faults injected (the rules stay)."""
@@ -285,13 +275,6 @@ class FaultyStore(Store):
                 raise
         apply(keys)
 
-    # -- listing -----------------------------------------------------------------------------
-    def list_prefix(self, prefix: str) -> Iterator[str]:
-        return self.inner.list_prefix(prefix)
-
-    def list_dir(self, prefix: str) -> list[str]:
-        return self.inner.list_dir(prefix)
-
     # -- identity ----------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         # the rules as given (picklable when they are ints or module-level callables), not parsed
@@ -302,8 +285,6 @@ class FaultyStore(Store):
         for name, value in state.items():
             setattr(self, name, value)
 
-    def __repr__(self) -> str:
-        return f"FaultyStore({self.inner!r})"
 
 
 _UNPICKLED = ("_lock", "_fail_get", "_fail_set", "_fail_delete", "_fail_in_batch")

@@ -28,24 +28,27 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from zarrx.api import create_group, open as open_node
-from zarrx.array import Array
 from zarrx.codecs import BloscCodec, BytesCodec, GzipCodec, TransposeCodec, VLenBytesCodec, VLenUTF8Codec, ZstdCodec
 from zarrx.codecs.base import ChunkSpec, Codec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.codecs.registry import codec_from_json
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.v2 import OBJECT_CODEC_IDS
+from zarrx.dtypes.base import DataType
 from zarrx.dtypes.v2 import NumpyV2Type, VLenArrayType
 from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, UnsupportedExtensionError, UsageError
-from zarrx.group import Group
-from zarrx.hierarchy import ZARR_JSON, read_node
 from zarrx.metadata.chunk_grid import RegularChunkGrid
 from zarrx.metadata.chunk_key_encoding import V2ChunkKeyEncoding
 from zarrx.metadata.node import ArrayMetadata, GroupMetadata
+from zarrx.metadata.protocol import NodeMetadata
 from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
+from zarrx.nodes.api import create_group, open as open_node
+from zarrx.nodes.array import Array
+from zarrx.nodes.group import Group
+from zarrx.nodes.hierarchy import ZARR_JSON, read_node
 from zarrx.storage import make_store
 from zarrx.storage.paths import join_key, normalize_path
+from zarrx.storage.store import Store
 
 __all__ = ["convert", "migrate_v2_to_v3", "v3_metadata_for_v2"]
 
@@ -156,12 +159,12 @@ def v3_metadata_for_v2(metadata: ArrayMetadataV2, where: str = "array") -> Array
         raise UnsupportedExtensionError(f"{where}: no Zarr v3 equivalent of the v2 chunk encoding: {error}") from None
 
 
-def _check_v3_type(data_type: Any, where: str) -> None:
+def _check_v3_type(data_type: DataType, where: str) -> None:
     if isinstance(data_type, (NumpyV2Type, VLenArrayType)):
         raise UnsupportedExtensionError(f"{where}: the v2 data type {data_type.to_json()!r} has no Zarr v3 equivalent")
 
 
-def _v3_attributes(metadata: Any) -> tuple[dict[str, Any], tuple[str | None, ...] | None]:
+def _v3_attributes(metadata: NodeMetadata) -> tuple[dict[str, Any], tuple[str | None, ...] | None]:
     """Attributes and dimension names for v3: a valid v2 ``_ARRAY_DIMENSIONS`` becomes ``dimension_names``."""
     attributes = dict(metadata.attributes)
     names = getattr(metadata, "dimension_names", None)  # groups have none
@@ -355,7 +358,7 @@ def convert(
     >>> v3.metadata.zarr_format, v3.chunks, v3.dimension_names, v3[:].tolist()
     (3, (3,), ('t',), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
     """
-    from zarrx.dask import to_zarr
+    from zarrx.dask.write import to_zarr  # a layer below the tools; imported here so that import zarrx does not import dask
 
     source_store = make_store(src, mode="r", storage_options=storage_options)
     target_store = make_store(dst, mode="a", storage_options=dst_storage_options or storage_options)
@@ -389,16 +392,12 @@ def convert(
     return open_node(target_store, "", mode="r+")
 
 
-def _same_location(a: Any, b: Any) -> bool:
-    """Whether two stores are one place (same file system root, or the same in-memory mapping)."""
-    if type(a) is not type(b):
-        return False
-    if getattr(a, "_data", None) is not None:  # MemoryStore
-        return a._data is b._data
-    return getattr(a, "root", None) is not None and a.root == b.root and getattr(a, "fs", None) == getattr(b, "fs", None)
+def _same_location(a: Store, b: Store) -> bool:
+    """Whether two stores hold the same data (one folder, one in-memory mapping, one URL)."""
+    return a.location == b.location
 
 
-def _check_target(store: Any, overwrite: bool) -> None:
+def _check_target(store: Store, overwrite: bool) -> None:
     existing = read_node(store, "")
     if existing is not None and not overwrite:
         error = ContainsArrayError if existing.node_type == "array" else ContainsGroupError

@@ -9,7 +9,7 @@ share a chunk with :class:`~zarrx.errors.ChunkAlignmentError` -- need no lock, a
 most writers make only those. Threads of one process that may write parts of one chunk
 hold its lock while writing::
 
-    with zarrx.locks.chunk_lock(arr, np.s_[10:20]):
+    with zarrx.io.locks.chunk_lock(arr, np.s_[10:20]):
         arr[10:20] = values
 
 :func:`chunk_lock` locks every stored object (chunk or shard) the selection touches.
@@ -30,7 +30,7 @@ import contextlib
 import threading
 from typing import Any, Iterator
 
-from zarrx.indexing import BasicIndexer, OrthogonalIndexer
+from zarrx.io.selection import BasicIndexer, OrthogonalIndexer
 
 __all__ = ["chunk_lock", "STRIPES"]
 

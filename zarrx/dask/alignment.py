@@ -17,7 +17,7 @@ from typing import Sequence
 import dask.array as da
 import numpy as np
 
-from zarrx.array import Array
+from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
 
 __all__ = ["align_blocks", "first_bad_boundary", "regular_size"]

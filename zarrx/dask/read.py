@@ -1,0 +1,176 @@
+"""Zarr arrays as dask arrays: graph building only.
+
+Reading (:func:`from_zarr`, :meth:`zarrx.Array.to_dask`) gives one task per stored object: per
+chunk, or per shard for a sharded array. ``chunks=`` may ask for any multiple of the (inner)
+chunk shape instead. Each task holds the array's :class:`~zarrx.io.handle.ArrayHandle` -- the
+store, the node path and the parsed metadata, about a kilobyte pickled, never data -- and its
+block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
+``arr[...]`` takes.
+
+The graph is one dask ``Blockwise`` layer whose block selections come from a
+:class:`BlockSelections` (a ``BlockwiseDep``): building it costs next to nothing for a million
+chunks, and a task (with its selection) exists only for the blocks a computation needs, made
+when dask culls the graph. (A graph with one of dask's reductions in it still lists every block's
+key while culling, about half a second per million blocks, as for any dask array.)
+
+Tasks need only picklable stores to run on ``dask.distributed`` worker processes: a
+:class:`~zarrx.storage.LocalStore` or an fsspec URL. A :class:`~zarrx.storage.MemoryStore`
+works with dask's threaded scheduler; pickling it copies the data, so a read in another process
+sees a snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.array.core import normalize_chunks
+from dask.base import tokenize
+from dask.blockwise import blockwise
+from dask.highlevelgraph import HighLevelGraph
+from dask.layers import ArrayBlockwiseDep
+
+from zarrx.dask.alignment import first_bad_boundary, regular_size
+from zarrx.errors import UsageError
+from zarrx.io.execute import read_selection
+from zarrx.io.handle import ArrayHandle
+from zarrx.nodes.api import open_array
+from zarrx.nodes.array import Array
+
+__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "chunks_token"]
+
+
+def chunks_token(chunks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
+    """A short stand-in for ``chunks`` when tokenizing: a regular axis by its size, count and last block."""
+    return tuple(
+        (size, len(sizes), sizes[-1]) if (size := regular_size(sizes)) is not None else sizes for sizes in chunks
+    )
+
+
+class BlockSelections(ArrayBlockwiseDep):
+    """The selection (a tuple of slices) of each dask block, made only when dask asks for it.
+
+    Like ``dask.layers.ArraySliceDep``, without its Python cumulative sum over every block:
+    on a regular axis block ``i`` starts at ``i * size``; other axes keep a NumPy table of starts.
+    """
+
+    def __init__(self, chunks: tuple[tuple[int, ...], ...]) -> None:
+        super().__init__(chunks)
+        self.sizes = tuple(regular_size(sizes) for sizes in chunks)
+        self.starts = tuple(
+            None if size is not None else np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+            for size, sizes in zip(self.sizes, chunks)
+        )
+
+    def __getitem__(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
+        selection = []
+        for index, size, starts, sizes in zip(idx, self.sizes, self.starts, self.chunks):
+            start = index * size if starts is None else int(starts[index])
+            selection.append(slice(start, start + sizes[index]))
+        return tuple(selection)
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        return ("zarrx.dask.BlockSelections", chunks_token(self.chunks))
+
+
+# -- tasks ---------------------------------------------------------------------------------
+def read_block(handle: ArrayHandle, selection: tuple[slice, ...]) -> np.ndarray:
+    """A dask task: the block of the array at ``selection``."""
+    return read_selection(handle, selection or Ellipsis)
+
+
+# -- reading -------------------------------------------------------------------------------
+def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
+    """The array as a lazy dask array, one task per block.
+
+    Parameters
+    ----------
+    array
+        A zarrx array.
+    chunks
+        The dask block shape: by default the shard shape for a sharded array, else the chunk
+        shape. Anything ``dask.array.normalize_chunks`` takes (ints, -1 or None for a whole
+        axis, explicit block sizes per axis, ``"auto"``), as long as every block but the last
+        along each axis is a multiple of the (inner) chunk shape.
+
+    Raises
+    ------
+    UsageError
+        ``chunks`` would cut through a chunk.
+
+    Examples
+    --------
+    >>> import zarrx, numpy as np
+    >>> arr = zarrx.create_array({}, shape=(6, 4), chunks=(2, 2), dtype="int32")
+    >>> arr[...] = np.arange(24).reshape(6, 4)
+    >>> x = array_to_dask(arr)
+    >>> x.chunks
+    ((2, 2, 2), (2, 2))
+    >>> int(x.sum().compute())
+    276
+    >>> array_to_dask(arr, chunks=(4, -1)).chunks
+    ((4, 2), (4,))
+    """
+    chunks = _read_chunks(array, chunks)
+    handle = array.handle
+    name = f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
+    indices = tuple(range(array.ndim))
+    layer = blockwise(
+        read_block,
+        name,
+        indices,
+        handle,
+        None,
+        BlockSelections(chunks),
+        indices,
+        numblocks={},
+        _data_producer=True,
+    )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+    return da.Array(graph, name, chunks, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+
+
+def from_zarr(
+    store: Any, path: str = "", chunks: Any = None, storage_options: dict[str, Any] | None = None
+) -> da.Array:
+    """Open the array at ``path`` as a lazy dask array (see :func:`array_to_dask` for ``chunks``).
+
+    ``store`` is anything :func:`zarrx.open_array` takes, or a :class:`zarrx.Array`.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> _ = zarrx.create_array("memory://example-from-zarr", shape=(10,), chunks=(5,), dtype="int8",
+    ...                        fill_value=1, overwrite=True)
+    >>> x = zarrx.from_zarr("memory://example-from-zarr")
+    >>> x.chunks, int(x.sum())
+    (((5, 5),), 10)
+    """
+    array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
+    return array_to_dask(array, chunks)
+
+
+def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
+    """Dask block sizes for reading ``array``: ``chunks`` normalized and checked against the chunk grid."""
+    stored = array.shards or array.chunks
+    try:
+        blocks = normalize_chunks(
+            stored if chunks is None else chunks, array.shape, dtype=array.dtype, previous_chunks=stored
+        )
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
+    inner = array.chunks
+    for axis, (sizes, chunk) in enumerate(zip(blocks, inner)):
+        boundary = first_bad_boundary(sizes, 0, chunk)
+        if boundary is not None:
+            multiple = tuple(max(c, (b[0] // c) * c) for b, c in zip(blocks, inner))
+            raise UsageError(
+                f"chunks: every dask block but the last along an axis must be a multiple of the chunk shape "
+                f"{inner} of array {array.name!r}, found a block boundary at {boundary} along axis {axis} "
+                f"(inside chunk {boundary // chunk}) with chunks={chunks!r}; "
+                f"use a multiple such as chunks={multiple}"
+            )
+    return blocks
+
+

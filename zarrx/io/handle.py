@@ -1,0 +1,132 @@
+"""The one description of an array for I/O: :class:`ArrayHandle`.
+
+A handle is the store, the node path and the parsed metadata -- and what follows from them: the
+codec pipeline, the grid selections are projected onto (inner chunks of a sharded array), the key
+of every stored object. It is small, immutable and picklable (a kilobyte, never data), so
+:class:`zarrx.Array`, the planner and executor, and every dask task use the same value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.sharding import ShardingCodec
+from zarrx.errors import StoreError
+from zarrx.metadata.protocol import ArrayMetadataLike
+from zarrx.storage.store import Store
+
+__all__ = ["ArrayHandle"]
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayHandle:
+    """Where an array lives and how it is coded.
+
+    Examples
+    --------
+    >>> import zarrx, pickle
+    >>> array = zarrx.create_array({}, "t", shape=(10, 10), chunks=(5, 5), shards=(10, 10), dtype="u1")
+    >>> handle = ArrayHandle(array.store, array.path, array.metadata)
+    >>> handle.io_chunk_shape, handle.object_key((0, 0))
+    ((5, 5), 't/c/0/0')
+    """
+
+    store: Store
+    path: str
+    metadata: ArrayMetadataLike
+    #: store chunks that are all fill value (zarrx leaves them out by default)
+    write_empty_chunks: bool = False
+    #: the handle of a write task: it refuses to be pickled with an in-memory store
+    for_writing: bool = False
+
+    # -- what the metadata implies, computed once ---------------------------------------
+    @cached_property
+    def pipeline(self) -> CodecPipeline:
+        return self.metadata.codecs
+
+    @property
+    def spec(self) -> ChunkSpec:
+        """The decoded representation of one stored object (a shard, for a sharded array)."""
+        return self.metadata.chunk_spec
+
+    @cached_property
+    def sharding(self) -> ShardingCodec | None:
+        """The sharding codec when shards are read and written in parts: it is the only codec
+        (array -> array codecs before it change the shard's layout; such arrays use whole shards)."""
+        pipeline = self.pipeline
+        if isinstance(pipeline.array_bytes, ShardingCodec) and not pipeline.array_array and not pipeline.bytes_bytes:
+            return pipeline.array_bytes
+        return None
+
+    @cached_property
+    def inner_spec(self) -> ChunkSpec | None:
+        """The spec of a sharded array's inner chunks (one object, so the pipeline's plan is reused)."""
+        return self.sharding.inner_spec(self.spec) if self.sharding is not None else None
+
+    @cached_property
+    def io_chunk_shape(self) -> tuple[int, ...]:
+        """The grid selections are projected onto: inner chunks for sharded arrays, else chunks."""
+        return self.sharding.chunk_shape if self.sharding is not None else self.metadata.chunks
+
+    @cached_property
+    def chunks_per_object(self) -> tuple[int, ...]:
+        """Inner chunks per stored object along each axis (all ones without sharding)."""
+        if self.sharding is None:
+            return (1,) * len(self.metadata.shape)
+        return self.sharding.chunks_per_shard(self.spec)
+
+    @cached_property
+    def fill_value(self) -> Any:
+        return self.metadata.fill_value
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.metadata.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.metadata.shape
+
+    @property
+    def name(self) -> str:
+        return "/" + self.path
+
+    def object_key(self, coords: tuple[int, ...]) -> str:
+        """The store key of the stored object (chunk or shard) at ``coords``."""
+        return self.metadata.storage_key(self.path, coords)
+
+    def object_region(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
+        """The in-bounds part of a stored object, in its own coordinates."""
+        return tuple(
+            slice(0, min(size, length - index * size))
+            for index, size, length in zip(coords, self.metadata.chunks, self.metadata.shape)
+        )
+
+    def evolve(self, **changes: Any) -> "ArrayHandle":
+        """A handle with other fields (``metadata=``, ``write_empty_chunks=``...)."""
+        return replace(self, **changes)
+
+    # -- pickling and tokenizing -----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        if self.for_writing and self.store.process_local:
+            # Pickling copies an in-memory store (MemoryStore, memory://, or a wrapper of one): a
+            # worker process would write into its copy and the data would be lost without a word.
+            # Refuse instead (threads never pickle).
+            raise StoreError(
+                f"cannot send a write of array {self.name!r} in an in-memory store to another process "
+                "(the writes would be lost there); use dask's threaded scheduler, or a LocalStore / fsspec URL"
+            )
+        return {name: getattr(self, name) for name in ("store", "path", "metadata", "write_empty_chunks", "for_writing")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        # the store by its repr (root or URL; a MemoryStore by its dict's id), never by its contents
+        return (type(self.store).__qualname__, repr(self.store), self.path, self.metadata.to_json())

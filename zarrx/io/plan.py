@@ -1,0 +1,171 @@
+"""Planning a read or a write: which stored objects, which bytes of them, where each piece goes.
+
+Pure functions of an :class:`~zarrx.io.handle.ArrayHandle` and a selection's projections
+(:mod:`zarrx.io.selection`); nothing here touches a store. The executor
+(:mod:`zarrx.io.execute`) runs what they describe, and ``explain()`` and ``zarrx verify``
+render and run the same plans.
+
+* :func:`plan_objects` groups the projections by *stored object* -- a chunk, or a shard of a
+  sharded array -- into :class:`ObjectPlan` values: the object's key and grid coordinates, its
+  pieces (an inner chunk or chunk, the part of it the selection takes and the part of the output
+  it fills) and whether the object is needed **whole**. A read fetches a whole object in one
+  request; a write replaces it without reading it. Otherwise the object is **partial**: a read
+  fetches the shard's index, then only the inner chunks it needs; a write reads, merges and
+  rewrites.
+* :func:`inner_reads` is the second step of a partial shard read: given the shard's index, the
+  byte ranges of the wanted inner chunks, neighbours merged (:mod:`zarrx.io.byte_ranges`), and
+  the pieces that are **fill only** (empty inner chunks, which need no request).
+* :func:`batches` cuts a plan into store batches of bounded decoded size, so a large read holds
+  the compressed bytes of a bounded part of it at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.sharding import ShardIndex
+from zarrx.io.byte_ranges import coalesce
+from zarrx.io.handle import ArrayHandle
+from zarrx.io.selection import ChunkProjection
+from zarrx.storage.store import RangeByteRequest
+
+__all__ = [
+    "ObjectPlan", "RangeRead", "plan_objects", "inner_reads", "batches", "split_batches", "batch_limit",
+    "decoded_nbytes", "MIN_BATCH_BYTES",
+]  # fmt: skip
+
+T = TypeVar("T")
+
+#: smallest store batch of a large read (see batch_limit)
+MIN_BATCH_BYTES = 8 * 2**20
+#: assumed in-memory bytes per element of variable-length types when sizing batches
+VARIABLE_ITEM_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectPlan:
+    """One stored object (chunk or shard) a read or write touches."""
+
+    key: str
+    #: coordinates in the grid of stored objects
+    coords: tuple[int, ...]
+    #: ``(inner coordinates in the object, projection)`` per piece; the projection's coordinates
+    #: are in the grid selections are projected onto (inner chunks for sharded arrays)
+    pieces: tuple[tuple[tuple[int, ...], ChunkProjection], ...]
+    #: read: fetch it whole; write: replace it without reading it
+    whole: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """One request of a partial shard read: a merged byte range and the pieces inside it."""
+
+    key: str
+    byte_range: RangeByteRequest
+    #: ``(start, end, projection)`` of each inner chunk, offsets in the shard
+    members: tuple[tuple[int, int, ChunkProjection], ...]
+
+
+def decoded_nbytes(spec: ChunkSpec) -> int:
+    """Bytes a decoded chunk of ``spec`` takes (variable-length types: an estimate)."""
+    return spec.nbytes if spec.nbytes is not None else spec.size * VARIABLE_ITEM_BYTES
+
+
+def batch_limit(out_nbytes: int) -> int:
+    """Most decoded bytes' worth of chunks one store batch fetches for an output of ``out_nbytes``.
+
+    Fetching every chunk of a large read at once would hold all its compressed bytes beside the
+    output (2x the output for poorly compressible data); a tenth of the output (at least 8 MiB)
+    keeps the peak near the output size while each batch stays large enough to keep a remote
+    store busy.
+    """
+    return max(MIN_BATCH_BYTES, out_nbytes // 10)
+
+
+def split_batches(items: Iterable[T], weight: Callable[[T], int], limit: int) -> Iterator[list[T]]:
+    """Consecutive runs of ``items`` whose total weight stays within ``limit`` (one item at least)."""
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        size = weight(item)
+        if batch and total + size > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size
+    if batch:
+        yield batch
+
+
+def _inner_chunks_in_bounds(handle: ArrayHandle, coords: tuple[int, ...]) -> int:
+    """How many inner chunks of the shard at ``coords`` hold at least one element of the array."""
+    shard_shape, inner = handle.metadata.chunks, handle.io_chunk_shape
+    return math.prod(
+        min(s // c, -(-(length - index * s) // c))
+        for index, s, c, length in zip(coords, shard_shape, inner, handle.metadata.shape)
+    )
+
+
+def _inner_is_full_size(handle: ArrayHandle, global_inner: tuple[int, ...]) -> bool:
+    """Whether an inner chunk (or chunk) lies wholly inside the array (not cut by its edge)."""
+    return all((index + 1) * c <= length for index, c, length in zip(global_inner, handle.io_chunk_shape, handle.shape))
+
+
+def plan_objects(handle: ArrayHandle, projections: Iterable[ChunkProjection], *, write: bool = False) -> Iterator[ObjectPlan]:
+    """The stored objects ``projections`` touch, lazily for unsharded arrays (one per projection).
+
+    ``write`` decides what *whole* means: a read needs every in-bounds inner chunk of a shard
+    (then one request fetches it all), a write must also cover each of them completely (then
+    nothing stored is kept). A chunk read is always whole; a chunk write is whole when its
+    projection covers all of its in-bounds part.
+    """
+    if handle.sharding is None:
+        key = handle.object_key
+        for projection in projections:
+            coords = projection.chunk_coords
+            yield ObjectPlan(key(coords), coords, (((), projection),), projection.is_complete_chunk or not write)
+        return
+    per_object = handle.chunks_per_object
+    groups: dict[tuple[int, ...], list[tuple[tuple[int, ...], ChunkProjection]]] = defaultdict(list)
+    for projection in projections:
+        coords = projection.chunk_coords
+        shard = tuple(c // n for c, n in zip(coords, per_object))
+        groups[shard].append((tuple(c % n for c, n in zip(coords, per_object)), projection))
+    for shard, pieces in groups.items():
+        whole = len(pieces) == _inner_chunks_in_bounds(handle, shard)
+        if write:
+            whole = whole and all(projection.is_complete_chunk for _, projection in pieces)
+        yield ObjectPlan(handle.object_key(shard), shard, tuple(pieces), whole)
+
+
+def object_weight(handle: ArrayHandle) -> Callable[[ObjectPlan], int]:
+    """Decoded bytes an object plan brings into memory (its pieces' chunks)."""
+    chunk_bytes = decoded_nbytes(handle.inner_spec or handle.spec)
+    return lambda plan: len(plan.pieces) * chunk_bytes
+
+
+def batches(handle: ArrayHandle, objects: Iterable[ObjectPlan], out_nbytes: int) -> Iterator[list[ObjectPlan]]:
+    """The objects in store batches of about :func:`batch_limit` decoded bytes (whole shards per batch)."""
+    return split_batches(objects, object_weight(handle), batch_limit(out_nbytes))
+
+
+def inner_reads(plan: ObjectPlan, index: ShardIndex) -> tuple[list[RangeRead], list[ChunkProjection]]:
+    """The requests of a partially read shard (merged byte ranges of its wanted inner chunks) and
+    the projections that are fill only (empty inner chunks), from the shard's index."""
+    wanted: list[tuple[int, int, ChunkProjection]] = []
+    fills: list[ChunkProjection] = []
+    for inner, projection in plan.pieces:
+        found = index.location(inner)
+        if found is None:
+            fills.append(projection)
+        else:
+            wanted.append((found[0], found[1], projection))
+    reads = [
+        RangeRead(plan.key, RangeByteRequest(merged.start, merged.end), tuple(wanted[p] for p, _, _ in merged.members))
+        for merged in coalesce([(start, end) for start, end, _ in wanted])
+    ]
+    return reads, fills

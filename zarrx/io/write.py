@@ -1,0 +1,161 @@
+"""Running write plans: encode every touched stored object, read-modify-write the partial ones.
+
+:func:`write_from` writes a value (already of the selection's shape and the array's dtype) into
+every stored object a selection touches (:func:`zarrx.io.plan.plan_objects` with ``write=True``):
+
+* an object the selection covers **whole** is encoded from the new values alone, never read;
+* a **partial** one is read, decoded, merged and encoded again; for a shard only the touched
+  inner chunks are re-encoded and the others keep their stored bytes;
+* an object (or inner chunk) that ends up all fill value is deleted (left out of the shard)
+  unless ``write_empty_chunks``.
+
+Each object is stored atomically. On stores whose writes cost no round trip
+(``reads_are_local``) every object large enough for the thread pool is stored from the pool task
+that encoded it, so compression and file writes overlap and no more than one encoded object per
+thread is held; otherwise objects go out in one batched ``set_many`` per batch of about
+:data:`~zarrx.io.plan.MIN_BATCH_BYTES` of input.
+:func:`trim_past_edge` is the read-modify-write of a shrinking ``resize``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.dtypes.fill import is_all_fill
+from zarrx.concurrency import scratch_array
+from zarrx.io.decode import run_maybe_threaded, worth_threads
+from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
+from zarrx.io.handle import ArrayHandle
+from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_objects, split_batches
+from zarrx.io.selection import BasicIndexer, ChunkProjection
+
+__all__ = ["write_from", "write_selection", "trim_past_edge"]
+
+
+def write_selection(handle: ArrayHandle, selection: Any, value: Any) -> None:
+    """``array[selection] = value`` for a basic selection (what a dask write task does)."""
+    indexer = BasicIndexer(selection, handle.shape, handle.io_chunk_shape)
+    write_from(handle, indexer, as_array_of(value, handle.dtype, indexer.shape))
+
+
+def write_from(handle: ArrayHandle, projections: Iterable[ChunkProjection], value: np.ndarray) -> None:
+    """Write ``value`` (of the selection's shape and the array's dtype) object by object."""
+    # objects big enough for the pool go to a local store from the task that encoded them;
+    # small ones in batches (one dict update, or files written concurrently by the store)
+    direct = handle.store.reads_are_local and worth_threads(handle.spec)
+    if handle.sharding is not None:
+        limit = DIRECT_BATCH_ITEMS if direct else 1 << 62  # shards are grouped whole, in one batch
+        build = _build_shard
+        objects: Iterable[ObjectPlan] = list(plan_objects(handle, projections, write=True))
+    else:
+        limit = DIRECT_BATCH_ITEMS if direct else max(1, MIN_BATCH_BYTES // max(1, decoded_nbytes(handle.spec)))
+        build = _build_chunk
+        objects = plan_objects(handle, projections, write=True)
+    for batch in split_batches(objects, lambda _: 1, limit):
+        _write_batch(handle, batch, value, build, direct)
+
+
+def _write_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray, build: Any, direct: bool) -> None:
+    store = handle.store
+    partial = [plan.key for plan in batch if not plan.whole]
+    existing = store.get_many(partial) if partial else {}
+
+    def encode_one(plan: ObjectPlan) -> tuple[str, bytes | None]:
+        encoded = build(handle, plan, value, existing.get(plan.key))
+        if encoded is not None and direct:
+            store.set(plan.key, encoded)
+            return plan.key, b""
+        return plan.key, encoded
+
+    threaded = worth_threads(handle.spec)
+    results = run_maybe_threaded(encode_one, batch, threaded, handle.pipeline)
+    if not direct:
+        to_store = {key: data for key, data in results if data is not None}
+        if to_store:
+            store.set_many(to_store)
+    to_delete = [key for key, data in results if data is None]
+    if to_delete:
+        store.delete_many(to_delete)
+
+
+def _merged(chunk_shape: tuple[int, ...], full_size: bool, projection: ChunkProjection, new_data: np.ndarray,
+            old: Any, decode: Any, fill_value: Any, dtype: np.dtype) -> np.ndarray:
+    """The chunk after writing ``new_data`` at ``projection``: the new values alone when they cover
+    a full-size chunk, else merged into the old chunk (or the fill value when there is none)."""
+    if projection.is_complete_chunk and full_size:
+        return np.asarray(new_data)  # codecs take any layout; the serializer copies as it must
+    chunk = np.full(chunk_shape, fill_value, dtype=dtype) if old is None else np.array(decode(old), copy=True)
+    chunk[projection.chunk_selection] = new_data
+    return chunk
+
+
+def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
+    """The encoded chunk (None: all fill value, to delete)."""
+    projection = plan.pieces[0][1]
+    spec, pipeline = handle.spec, handle.pipeline
+    region = handle.object_region(plan.coords)
+    full_size = all(r.stop == size for r, size in zip(region, spec.shape))
+    chunk = _merged(spec.shape, full_size, projection, value[projection.out_selection], old,
+                    lambda raw: pipeline.decode(raw, spec, key=plan.key), handle.fill_value, spec.dtype)  # fmt: skip
+    if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
+        return None
+    return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
+
+
+def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
+    """The assembled shard: untouched inner chunks keep their stored bytes (None: nothing left)."""
+    codec, spec, inner_spec = handle.sharding, handle.spec, handle.inner_spec
+    encoded: dict[tuple[int, ...], Any] = {}
+    if old is not None:
+        index = codec.read_index(old, spec, plan.key, whole=True)
+        view = memoryview(old)
+        encoded = {inner: view[start:end] for inner, start, end in index.stored()}
+    for inner, projection in plan.pieces:
+        name = f"{plan.key} inner chunk {projection.chunk_coords}"
+        full_size = all(
+            (index + 1) * size <= length
+            for index, size, length in zip(projection.chunk_coords, codec.chunk_shape, handle.shape)
+        )
+        chunk = _merged(codec.chunk_shape, full_size, projection, value[projection.out_selection], encoded.get(inner),
+                        lambda raw: codec.codecs.decode(raw, inner_spec, key=name), handle.fill_value, spec.dtype)  # fmt: skip
+        if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
+            encoded.pop(inner, None)
+        else:
+            encoded[inner] = codec.codecs.encode(chunk, inner_spec, key=plan.key)
+    return codec.assemble(encoded, spec) if encoded else None
+
+
+def _scratch_for(pipeline: CodecPipeline, spec: ChunkSpec, chunk: np.ndarray) -> np.ndarray | None:
+    """The thread's scratch buffer to gather a strided chunk into before encoding it, if needed."""
+    if chunk.flags.c_contiguous or chunk.dtype != spec.dtype or not pipeline.decodes_into(spec):
+        return None
+    return scratch_array(spec.shape, spec.dtype)
+
+
+def trim_past_edge(handle: ArrayHandle, chunk_coords: list[tuple[int, ...]]) -> tuple[dict[str, bytes], list[str]]:
+    """Each stored object at ``chunk_coords`` reset to the fill value past the edge of
+    ``handle``'s (new) shape: ``(encoded objects, keys of objects now all fill value)``.
+
+    Nothing is written: a shrinking resize prepares these before it changes the shape.
+    """
+    spec, pipeline = handle.spec, handle.pipeline
+    keys = [handle.object_key(coords) for coords in chunk_coords]
+    stored = handle.store.get_many(keys)
+    updates, deletes = {}, []
+    for coords, key in zip(chunk_coords, keys):
+        raw = stored.get(key)
+        if raw is None:
+            continue
+        chunk = pipeline.decode(raw, spec, key=key)
+        keep = handle.object_region(coords)
+        trimmed = np.full(spec.shape, handle.fill_value, dtype=spec.dtype)
+        trimmed[keep] = chunk[keep]
+        if not handle.write_empty_chunks and is_all_fill(trimmed, handle.fill_value):
+            deletes.append(key)
+        else:
+            updates[key] = pipeline.encode(trimmed, spec, key=key)
+    return updates, deletes

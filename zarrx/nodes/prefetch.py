@@ -1,0 +1,63 @@
+"""Reading several small arrays in one round trip: :func:`read_together`.
+
+Opening a dataset, xarray reads every dimension coordinate (``time``, ``lat``, ``lon``, ...) to
+build its indexes, one after another: on an object store each is a round trip of its own.
+``read_together(arrays)`` returns the same arrays over a shared
+:class:`~zarrx.storage.PrefetchStore` that knows every stored object a whole read of each of them
+needs (planned by :mod:`zarrx.io.plan`): the first read of any of those keys fetches all of them
+in one batch, and later reads are answered from it. Nothing is fetched until something is read,
+so arrays that are never read cost nothing.
+
+The fetched values stay in memory as long as the returned arrays do; use it for what is read
+whole and is small (coordinates), not for data variables.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from zarrx.io.plan import plan_objects
+from zarrx.io.selection import BasicIndexer
+from zarrx.nodes.array import Array
+from zarrx.storage.prefetch import PrefetchStore
+
+__all__ = ["read_together", "MAX_PREFETCH_BYTES"]
+
+#: more bytes than this (decoded) in the arrays, and read_together leaves them alone
+MAX_PREFETCH_BYTES = 64 * 2**20
+
+
+def read_together(arrays: Sequence[Array]) -> list[Array]:
+    """The same arrays, read-only, whose stored objects all come in one batch on the first read.
+
+    Arrays on different stores get one :class:`~zarrx.storage.PrefetchStore` per store. Arrays
+    larger than :data:`MAX_PREFETCH_BYTES` in total, or a lone array, are returned unchanged.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> for name in ("lat", "lon"):
+    ...     root.create_array(name, shape=(4,), chunks=(2,), dtype="f4")[:] = 1
+    >>> lat, lon = read_together([root["lat"], root["lon"]])
+    >>> lat.store
+    PrefetchStore(MemoryStore(<7 keys at ...>), 4 keys)
+    """
+    by_store: dict[int, list[int]] = {}
+    for position, array in enumerate(arrays):
+        by_store.setdefault(id(array.store), []).append(position)
+    result = list(arrays)
+    for positions in by_store.values():
+        members = [arrays[p] for p in positions]
+        if len(members) < 2 or sum(a.nbytes for a in members) > MAX_PREFETCH_BYTES:
+            continue
+        # a whole-array read touches every chunk, or every shard whole
+        keys = {
+            plan.key
+            for array in members
+            for plan in plan_objects(array.handle, BasicIndexer(Ellipsis, array.shape, array.handle.io_chunk_shape))
+        }
+        store = PrefetchStore(members[0].store, keys)
+        for position, array in zip(positions, members):
+            result[position] = Array(store, array.path, array.metadata, read_only=True)
+    return result
