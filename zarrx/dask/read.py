@@ -7,11 +7,12 @@ store, the node path and the parsed metadata, about a kilobyte pickled, never da
 block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
 ``arr[...]`` takes.
 
-The graph is one dask ``Blockwise`` layer whose block selections come from a
-:class:`BlockSelections` (a ``BlockwiseDep``): building it costs next to nothing for a million
-chunks, and a task (with its selection) exists only for the blocks a computation needs, made
-when dask culls the graph. (A graph with one of dask's reductions in it still lists every block's
-key while culling, about half a second per million blocks, as for any dask array.)
+The result is a :class:`~zarrx.dask.lazy.LazyArray`: a dask array whose blocks are described
+by a few numbers per axis (:mod:`zarrx.dask.axes`), so building it, its shape and its slicing
+cost the same for ten chunks or a million, and a slice is a new read layer over the chunks it
+touches: ``from_zarr(store, "t2m")[:10].sum()`` builds, culls and runs a graph of ten blocks.
+Whole-array work costs what it costs in dask (one ``Blockwise`` layer, tasks made when dask
+culls it).
 
 Tasks need only picklable stores to run on ``dask.distributed`` worker processes: a
 :class:`~zarrx.storage.LocalStore` or an fsspec URL. A :class:`~zarrx.storage.MemoryStore`
@@ -21,63 +22,30 @@ sees a snapshot.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from dask.array.core import normalize_chunks
 from dask.base import tokenize
-from dask.blockwise import blockwise
-from dask.highlevelgraph import HighLevelGraph
-from dask.layers import ArrayBlockwiseDep
 
-from zarrx.dask.alignment import first_bad_boundary, regular_size
+from zarrx.dask.alignment import first_bad_boundary
+from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
+from zarrx.dask.lazy import BlockSelections, LazyArray, Layout, Source
 from zarrx.errors import UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.nodes.api import open_array
 from zarrx.nodes.array import Array
 
-__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "chunks_token"]
-
-
-def chunks_token(chunks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
-    """A short stand-in for ``chunks`` when tokenizing: a regular axis by its size, count and last block."""
-    return tuple(
-        (size, len(sizes), sizes[-1]) if (size := regular_size(sizes)) is not None else sizes for sizes in chunks
-    )
-
-
-class BlockSelections(ArrayBlockwiseDep):
-    """The selection (a tuple of slices) of each dask block, made only when dask asks for it.
-
-    Like ``dask.layers.ArraySliceDep``, without its Python cumulative sum over every block:
-    on a regular axis block ``i`` starts at ``i * size``; other axes keep a NumPy table of starts.
-    """
-
-    def __init__(self, chunks: tuple[tuple[int, ...], ...]) -> None:
-        super().__init__(chunks)
-        self.sizes = tuple(regular_size(sizes) for sizes in chunks)
-        self.starts = tuple(
-            None if size is not None else np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-            for size, sizes in zip(self.sizes, chunks)
-        )
-
-    def __getitem__(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
-        selection = []
-        for index, size, starts, sizes in zip(idx, self.sizes, self.starts, self.chunks):
-            start = index * size if starts is None else int(starts[index])
-            selection.append(slice(start, start + sizes[index]))
-        return tuple(selection)
-
-    def __dask_tokenize__(self) -> tuple[Any, ...]:
-        return ("zarrx.dask.BlockSelections", chunks_token(self.chunks))
+__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block"]
 
 
 # -- tasks ---------------------------------------------------------------------------------
-def read_block(handle: ArrayHandle, selection: tuple[slice, ...]) -> np.ndarray:
-    """A dask task: the block of the array at ``selection``."""
-    return read_selection(handle, selection or Ellipsis)
+def read_block(handle: ArrayHandle, selection: tuple[slice | int, ...]) -> np.ndarray:
+    """A dask task: the block of the array at ``selection`` (an integer drops its axis, as in NumPy)."""
+    return np.asarray(read_selection(handle, selection or Ellipsis))
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -112,23 +80,9 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
     >>> array_to_dask(arr, chunks=(4, -1)).chunks
     ((4, 2), (4,))
     """
-    chunks = _read_chunks(array, chunks)
     handle = array.handle
-    name = f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
-    indices = tuple(range(array.ndim))
-    layer = blockwise(
-        read_block,
-        name,
-        indices,
-        handle,
-        None,
-        BlockSelections(chunks),
-        indices,
-        numblocks={},
-        _data_producer=True,
-    )
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-    return da.Array(graph, name, chunks, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+    source = Source(read_block, handle, tokenize(handle), "zarrx-from-zarr")
+    return LazyArray(Layout(source, _read_axes(array, chunks)), array.dtype)
 
 
 def from_zarr(
@@ -149,6 +103,34 @@ def from_zarr(
     """
     array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
     return array_to_dask(array, chunks)
+
+
+def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
+    """The blocks along each axis for reading ``array``: regular ones straight from the chunk grid
+    (no tuple per block is made), anything else from :func:`_read_chunks`."""
+    stored = array.shards or array.chunks
+    sizes = stored if chunks is None else _block_sizes(chunks, array.ndim)
+    shape = array.shape
+    if sizes is not None and all(size % chunk == 0 or size >= n for size, chunk, n in zip(sizes, array.chunks, shape)):
+        return tuple(regular_axis(length, min(size, length)) for length, size in zip(shape, sizes))
+    return tuple(axis_from_sizes(blocks) for blocks in _read_chunks(array, chunks))
+
+
+def _block_sizes(chunks: Any, ndim: int) -> tuple[int, ...] | None:
+    """``chunks`` as one block size per axis (-1 and None: the whole axis, as a size larger than it),
+    or None when it is another form (explicit sizes, ``"auto"``, a mapping, a wrong length)."""
+    items = (chunks,) * ndim if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) else chunks
+    if not isinstance(items, tuple) or len(items) != ndim:
+        return None
+    sizes = []
+    for item in items:
+        if item is None or (isinstance(item, (int, np.integer)) and not isinstance(item, bool) and item == -1):
+            sizes.append(np.iinfo(np.int64).max)
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool) and item > 0:
+            sizes.append(operator.index(item))
+        else:
+            return None
+    return tuple(sizes)
 
 
 def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
