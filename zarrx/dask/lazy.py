@@ -1,14 +1,14 @@
 """Dask arrays whose graph cost follows the selection, not the number of chunks.
 
-A :class:`LazyArray` is a ``dask.array.Array`` that reads a stored array block by block and
+:func:`lazy_array` builds a ``dask.array.Array`` that reads a stored array block by block and
 knows *what* it reads: a :class:`Layout` -- the :class:`Source` (a task function and its
 argument, such as an :class:`~zarrx.io.handle.ArrayHandle`) and, for each axis of the source,
 either the blocks shown along it (:mod:`zarrx.dask.axes`: a few numbers, or a table of block
 boundaries for an irregular axis) or the one position an integer index picked. From that:
 
-* building the array, its ``shape``, ``chunksize``, ``numblocks`` and ``len`` cost O(ndim),
-  whatever the number of blocks; ``chunks`` (a tuple per block, which dask itself walks in
-  Python) is made on first use only;
+* building the array and its ``shape``, ``numblocks``, ``npartitions`` and ``size`` cost
+  O(ndim), whatever the number of blocks (dask's constructor walks every block in Python); its
+  ``chunks`` -- dask's tuple per block -- are made in C, and shared by arrays with equal axes;
 * the graph is one ``Blockwise`` layer whose tasks exist only once dask culls it for the blocks
   a computation needs (:class:`BlockSelections` makes each block's selection on demand), so it
   fuses with elementwise work like any dask read;
@@ -16,17 +16,22 @@ boundaries for an irregular axis) or the one position an integer index picked. F
   box of the selection as a *new*, small read layer over the touched blocks only -- the result
   no longer refers to the million-block layer, so computing it culls a graph of its own size --
   and then applies what is left (steps, new axes) with dask's own slicing on the small array.
-  The blocks are dask's: a step-1 slice gives the touched blocks cut at its ends, an empty one
-  a single block of length 0 (``tests/test_dask_lazy.py`` checks chunks and values against
-  plain dask and NumPy on random chains of selections).
+  The blocks are dask's (``tests/test_dask_lazy_properties.py`` checks chunks and values
+  against plain dask and NumPy on random chains of selections), with one difference: an empty
+  negative-step slice starting before the array is empty, as in NumPy (dask issue 10555).
 
-Anything else -- arrays, lists and boolean masks as indices, assignment, every other
-operation -- is plain dask on the same graph, with plain dask's results and costs; an
-operation that changes the array in place (``x[...] = v``) turns it into a plain dask array.
+The array is of dask's own class (xarray refuses to mix array types in one dataset), so the
+slicing is reached through it: importing this module wraps ``dask.array.Array.__getitem__``
+once, and the wrapper hands every array :func:`lazy_array` did not build -- and every index
+other than the above (lists, arrays, masks, dask arrays) -- to dask's own method unchanged.
+Anything else is plain dask on the same graph, with plain dask's results and costs; an array
+changed in place (``x[...] = v``) is plain dask from then on.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 from dataclasses import dataclass
 from functools import cached_property
@@ -43,7 +48,7 @@ from dask.layers import ArrayBlockwiseDep
 
 from zarrx.dask.axes import Axis, axis_from_sizes, sliceable
 
-__all__ = ["BlockSelections", "LazyArray", "Layout", "Source"]
+__all__ = ["BlockSelections", "Layout", "Source", "layout_of", "lazy_array"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +68,7 @@ class Source:
 
 @dataclass(frozen=True, eq=False)
 class Layout:
-    """The part of a :class:`Source` a :class:`LazyArray` shows, and its blocks.
+    """The part of a :class:`Source` an array of :func:`lazy_array` shows, and its blocks.
 
     ``axes`` has one entry per axis of the source: an :data:`~zarrx.dask.axes.Axis` (the array
     shows that axis, in those blocks) or an ``int`` (an integer index picked that position and
@@ -148,116 +153,112 @@ class BlockSelections(ArrayBlockwiseDep):
 
 
 # -- the array ---------------------------------------------------------------------------------
-class LazyArray(da.Array):
-    """A dask array reading a :class:`Layout`: see the module docstring for what it does cheaply.
+#: where a dask array built by :func:`lazy_array` keeps its layout (in the instance's ``__dict__``)
+LAYOUT_KEY = "_zarrx_layout"
 
-    Build one with ``LazyArray(layout, dtype)``; :func:`zarrx.from_zarr` and
-    :meth:`zarrx.Array.to_dask` return them.
+
+def lazy_array(
+    layout: Layout, dtype: Any, name: str | None = None, chunks: tuple[tuple[int, ...], ...] | None = None
+) -> da.Array:
+    """A ``dask.array.Array`` reading ``layout``: one ``Blockwise`` layer, its shape and sizes set
+    from the layout (no walk over the blocks), its slicing done by :func:`layout_of`'s layout.
+
+    ``chunks`` may give the block sizes when the caller has them (they must be the layout's).
 
     Examples
     --------
     >>> import zarrx, numpy as np
     >>> arr = zarrx.create_array({}, shape=(1_000_000, 4), chunks=(1, 4), dtype="int32", fill_value=7)
     >>> x = arr.to_dask()
-    >>> x.numblocks, x.chunksize
-    ((1000000, 1), (1, 4))
+    >>> type(x).__name__, x.numblocks, x.chunksize
+    ('Array', (1000000, 1), (1, 4))
     >>> y = x[10:13, 1]           # a new read layer: one layer, three tasks
     >>> y.chunks, len(y.dask.layers), len(y.dask), y.compute()
     (((1, 1, 1),), 1, 3, array([7, 7, 7], dtype=int32))
     """
+    name = name or layout.name
+    indices = tuple(range(len(layout.block_axes)))
+    layer = blockwise(
+        layout.source.read,
+        name,
+        indices,
+        layout.source.argument,
+        None,
+        BlockSelections(layout.axes),
+        indices,
+        numblocks={},
+        _data_producer=True,
+    )
+    # dask.array.Array's constructor walks every block in Python (its shape is a running sum of
+    # the block sizes): the attributes are set here instead, the ones it derives from the layout
+    array = object.__new__(da.Array)
+    array.dask = HighLevelGraph.from_collections(name, layer, dependencies=())
+    array._name = name
+    array._meta = np.empty((0,) * len(indices), dtype=dtype)
+    array._chunks = chunks if chunks is not None else tuple(_axis_chunks(axis) for axis in layout.block_axes)
+    shape = layout.shape
+    numblocks = layout.numblocks
+    array.__dict__.update(
+        shape=shape,
+        ndim=len(shape),
+        size=math.prod(shape),
+        numblocks=numblocks,
+        npartitions=math.prod(numblocks),
+    )
+    array.__dict__[LAYOUT_KEY] = (layout, name)
+    for plugin in dask.config.get("array_plugins", ()):  # as dask.array.Array's constructor does
+        result = plugin(array)
+        if result is not None:
+            array = result
+    return array
 
-    #: the layout read; None once the array was changed in place (then it is plain dask)
-    _layout: Layout | None = None
 
-    def __new__(cls, layout: Layout, dtype: Any, name: str | None = None) -> LazyArray:
-        self = object.__new__(cls)
-        name = name or layout.name
-        indices = tuple(range(len(layout.block_axes)))
-        layer = blockwise(
-            layout.source.read,
-            name,
-            indices,
-            layout.source.argument,
-            None,
-            BlockSelections(layout.axes),
-            indices,
-            numblocks={},
-            _data_producer=True,
-        )
-        self.dask = HighLevelGraph.from_collections(name, layer, dependencies=())
-        self._name = name
-        self._meta = np.empty((0,) * len(indices), dtype=dtype)
-        self._layout = layout
-        self._layout_name = name
-        for plugin in dask.config.get("array_plugins", ()):  # as dask.array.Array does
-            result = plugin(self)
-            if result is not None:
-                self = result
-        return self
+@functools.lru_cache(maxsize=16)
+def _axis_chunks(axis: Axis) -> tuple[int, ...]:
+    """An axis' block sizes, one tuple for equal axes (the variables of a dataset share their time axis)."""
+    return axis.chunks
 
-    def _live_layout(self) -> Layout | None:
-        """The layout, if this array still reads exactly it."""
-        layout = self._layout
-        return layout if layout is not None and self._name == self._layout_name else None
 
-    # -- what dask computes from ``chunks``, from the layout instead ---------------------------
-    @property
-    def chunks(self) -> tuple[tuple[int, ...], ...]:
-        try:
-            return self._Array__chunks
-        except AttributeError:  # made on first use: a tuple per block
-            chunks = self._Array__chunks = self._layout.chunks
-            return chunks
+def layout_of(array: Any) -> Layout | None:
+    """The layout ``array`` reads, if :func:`lazy_array` built it and it was not changed since
+    (``x[...] = v`` changes a dask array in place: it is plain dask from then on).
 
-    @property
-    def _chunks(self) -> tuple[tuple[int, ...], ...]:
-        return self.chunks
+    Examples
+    --------
+    >>> import dask.array as da, zarrx
+    >>> layout_of(zarrx.create_array({}, shape=(4,), chunks=(2,), dtype="i1").to_dask()) is not None
+    True
+    >>> layout_of(da.ones(4)) is None
+    True
+    """
+    entry = getattr(array, "__dict__", {}).get(LAYOUT_KEY)
+    if entry is None or not isinstance(array, da.Array) or entry[1] != array.name:
+        return None
+    return entry[0]
 
-    @_chunks.setter
-    def _chunks(self, chunks: tuple[tuple[int, ...], ...]) -> None:
-        da.Array._chunks.fset(self, chunks)
-        self._layout = None  # changed in place (x[...] = v): plain dask from now on
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        layout = self._live_layout()
-        return layout.shape if layout is not None else da.Array.shape.__get__(self, type(self))
+def _getitem(self: da.Array, index: Any) -> da.Array:
+    """``dask.array.Array.__getitem__``, by a new read layer for the arrays :func:`lazy_array` built."""
+    layout = layout_of(self)
+    plan = _plan(index, layout.block_axes) if layout is not None and layout.sliceable else None
+    if plan is None:
+        return _DASK_GETITEM(self, index)
+    box, rest = plan
+    if all(not isinstance(pick, int) and pick == (0, axis.length) for pick, axis in zip(box, layout.block_axes)):
+        part = self
+    else:
+        part = lazy_array(layout.region(box), self.dtype)
+    if all(item == slice(None) for item in rest):
+        return part
+    return _DASK_GETITEM(part, rest)  # steps and new axes, on the small array
 
-    @property
-    def numblocks(self) -> tuple[int, ...]:
-        layout = self._live_layout()
-        return layout.numblocks if layout is not None else da.Array.numblocks.__get__(self, type(self))
 
-    @property
-    def chunksize(self) -> tuple[int, ...]:
-        layout = self._live_layout()
-        return layout.chunksize if layout is not None else da.Array.chunksize.__get__(self, type(self))
-
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of unsized object")
-        return self.shape[0]
-
-    def copy(self) -> da.Array:
-        layout = self._live_layout()
-        if layout is None or self.npartitions == 1:
-            return super().copy()
-        return LazyArray(layout, self.dtype, self.name)
-
-    # -- indexing ------------------------------------------------------------------------------
-    def __getitem__(self, index: Any) -> da.Array:
-        layout = self._live_layout()
-        plan = _plan(index, layout.block_axes) if layout is not None and layout.sliceable else None
-        if plan is None:
-            return super().__getitem__(index)
-        box, rest = plan
-        if all(not isinstance(pick, int) and pick == (0, length) for pick, length in zip(box, self.shape)):
-            part: da.Array = self
-        else:
-            part = LazyArray(layout.region(box), self.dtype)
-        if all(item == slice(None) for item in rest):
-            return part
-        return da.Array.__getitem__(part, rest)  # steps and new axes, on the small array
+# The arrays zarrx builds are dask's own class -- xarray refuses to mix array types in one
+# dataset, and code tests ``type(x) is da.Array`` -- so their slicing is reached through the
+# class: dask's __getitem__ is wrapped, once; an array lazy_array did not build goes straight to it.
+_DASK_GETITEM = getattr(da.Array.__getitem__, "__wrapped__", da.Array.__getitem__)
+if da.Array.__getitem__ is _DASK_GETITEM:
+    da.Array.__getitem__ = functools.wraps(_DASK_GETITEM)(_getitem)  # type: ignore[method-assign]
 
 
 #: index items the bounding box handles (anything else goes to dask)

@@ -7,10 +7,11 @@ store, the node path and the parsed metadata, about a kilobyte pickled, never da
 block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
 ``arr[...]`` takes.
 
-The result is a :class:`~zarrx.dask.lazy.LazyArray`: a dask array whose blocks are described
-by a few numbers per axis (:mod:`zarrx.dask.axes`), so building it, its shape and its slicing
-cost the same for ten chunks or a million, and a slice is a new read layer over the chunks it
-touches: ``from_zarr(store, "t2m")[:10].sum()`` builds, culls and runs a graph of ten blocks.
+The result is a dask array built by :func:`~zarrx.dask.lazy.lazy_array`: its blocks are
+described by a few numbers per axis (:mod:`zarrx.dask.axes`), so building it, its shape and its
+slicing cost the same for ten chunks or a million, and a slice is a new read layer over the
+chunks it touches: ``from_zarr(store, "t2m")[:10].sum()`` builds, culls and runs a graph of ten
+blocks.
 Whole-array work costs what it costs in dask (one ``Blockwise`` layer, tasks made when dask
 culls it).
 
@@ -32,7 +33,7 @@ from dask.base import tokenize
 
 from zarrx.dask.alignment import first_bad_boundary
 from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
-from zarrx.dask.lazy import BlockSelections, LazyArray, Layout, Source
+from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array
 from zarrx.errors import UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
@@ -82,7 +83,7 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
     """
     handle = array.handle
     source = Source(read_block, handle, tokenize(handle), "zarrx-from-zarr")
-    return LazyArray(Layout(source, _read_axes(array, chunks)), array.dtype)
+    return lazy_array(Layout(source, _read_axes(array, chunks)), array.dtype)
 
 
 def from_zarr(
