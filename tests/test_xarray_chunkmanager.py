@@ -165,6 +165,16 @@ def test_the_chunk_pattern_and_rechunking(giant_group):
     xr.testing.assert_identical(again.compute(), lazy.compute())
 
 
+@pytest.mark.parametrize("chunks", [(1, 8), (-1, None), "auto", 4, {0: 5}, [3, 4], ((5, 5), (8,)), (3, "auto")])
+def test_normalize_chunks_is_dasks_and_remembered(chunks):
+    manager = ZarrxChunkManager()
+    arguments = {"shape": (10, 8), "dtype": np.dtype("float32"), "previous_chunks": (1, 8)}
+    expected = da.core.normalize_chunks(chunks, **arguments)
+    assert manager.normalize_chunks(chunks, **arguments) == expected
+    if not isinstance(chunks, (dict, list)):  # one tuple of sizes for the dataset's variables
+        assert manager.normalize_chunks(chunks, **arguments) is manager.normalize_chunks(chunks, **arguments)
+
+
 def test_inputs_other_than_lazily_indexed_data_go_to_dask():
     manager = ZarrxChunkManager()
     values = np.arange(12).reshape(3, 4)

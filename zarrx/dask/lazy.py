@@ -90,14 +90,6 @@ class Layout:
     def numblocks(self) -> tuple[int, ...]:
         return tuple(axis.numblocks for axis in self.block_axes)
 
-    @property
-    def chunks(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(axis.chunks for axis in self.block_axes)
-
-    @property
-    def chunksize(self) -> tuple[int, ...]:
-        return tuple(axis.chunksize for axis in self.block_axes)
-
     @cached_property
     def sliceable(self) -> bool:
         return all(sliceable(axis) for axis in self.block_axes)
@@ -145,6 +137,8 @@ class BlockSelections(ArrayBlockwiseDep):
         return tuple(axis.chunks for axis in self.axes if not isinstance(axis, int))
 
     def __getitem__(self, idx: tuple[int, ...]) -> tuple[slice | int, ...]:
+        if len(idx) == len(self.axes):  # no axis dropped: the common case, once per task
+            return tuple([slice(*axis.span(block)) for axis, block in zip(self.axes, idx)])
         blocks = iter(idx)
         return tuple(axis if isinstance(axis, int) else slice(*axis.span(next(blocks))) for axis in self.axes)
 
@@ -161,7 +155,8 @@ def lazy_array(
     layout: Layout, dtype: Any, name: str | None = None, chunks: tuple[tuple[int, ...], ...] | None = None
 ) -> da.Array:
     """A ``dask.array.Array`` reading ``layout``: one ``Blockwise`` layer, its shape and sizes set
-    from the layout (no walk over the blocks), its slicing done by :func:`layout_of`'s layout.
+    from the layout (no walk over the blocks); a basic index makes a new read layer over the
+    blocks it touches (see the module docstring).
 
     ``chunks`` may give the block sizes when the caller has them (they must be the layout's).
 

@@ -107,12 +107,12 @@ def from_zarr(
 
 
 def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
-    """The blocks along each axis for reading ``array``: regular ones straight from the chunk grid
-    (no tuple per block is made), anything else from :func:`_read_chunks`."""
-    stored = array.shards or array.chunks
-    sizes = stored if chunks is None else _block_sizes(chunks, array.ndim)
-    shape = array.shape
-    if sizes is not None and all(size % chunk == 0 or size >= n for size, chunk, n in zip(sizes, array.chunks, shape)):
+    """The blocks along each axis for reading ``array``: regular ones straight from a regular chunk
+    grid (no tuple per block is made), anything else -- irregular sizes, ``"auto"``, blocks that
+    cut chunks (refused there) -- from :func:`_read_chunks`, as a table of block edges if need be."""
+    sizes = _block_sizes(array.shards or array.chunks if chunks is None else chunks, array.ndim)
+    inner, shape = _block_sizes(array.chunks, array.ndim), array.shape
+    if sizes is not None and inner is not None and all(s % c == 0 or s >= n for s, c, n in zip(sizes, inner, shape)):
         return tuple(regular_axis(length, min(size, length)) for length, size in zip(shape, sizes))
     return tuple(axis_from_sizes(blocks) for blocks in _read_chunks(array, chunks))
 

@@ -102,10 +102,9 @@ class ZarrxChunkManager(DaskManager):
     ) -> Any:
         """dask's ``normalize_chunks``, remembered: the variables of a dataset mostly share their
         shape and chunks, and a million-block result is a tuple of a million sizes to make and check."""
-        try:
+        if all(map(_rememberable, (chunks, shape, limit, previous_chunks))):
             return _normalize_chunks(chunks, shape, limit, None if dtype is None else np.dtype(dtype), previous_chunks)
-        except TypeError:  # unhashable arguments (lists, dicts): nothing to remember
-            return super().normalize_chunks(chunks, shape, limit, dtype, previous_chunks)
+        return super().normalize_chunks(chunks, shape, limit, dtype, previous_chunks)
 
     def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> Any:
         if isinstance(data, da.Array):  # already chunked: as dask's manager does for its arrays
@@ -119,6 +118,14 @@ class ZarrxChunkManager(DaskManager):
         name = _array_name(kwargs.get("name"), data, blocks, lock)
         source = Source(read_explicitly, ExplicitRead(data, lock), name, name.rpartition("-")[0] or "array")
         return lazy_array(Layout(source, _axes(blocks)), data.dtype, name, chunks=blocks)
+
+
+def _rememberable(argument: Any) -> bool:
+    """Whether normalize_chunks' result for ``argument`` can be remembered: xarray's forms (sizes,
+    -1, None, "auto", tuples of them, tuples of sizes), compared as they are by value."""
+    if argument is None or type(argument) in (int, str):
+        return True
+    return type(argument) is tuple and all(item is None or type(item) in (int, str, tuple) for item in argument)
 
 
 @functools.lru_cache(maxsize=8)
