@@ -19,11 +19,13 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from xarray.backends.zarr import FillValueCoder
 from zarr.core.dtype import VariableLengthBytes
 
 import zarrx
 from zarrx.tools.cli import main
-from zarrx.errors import ContainsGroupError, UnsupportedExtensionError, UsageError
+from zarrx.tools.migration import MaskLostWarning
+from zarrx.errors import ContainsGroupError, MetadataError, UnsupportedExtensionError, UsageError
 
 from .test_draft import draft_store, zarr_python_2_store  # noqa: F401 (fixtures)
 from .test_v2 import assert_values, values_for
@@ -64,7 +66,20 @@ def build_v2(path: Path) -> dict[str, np.ndarray]:
     return expected
 
 
-def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
+def assert_cf_fill_value(attributes: dict[str, Any], v2_array: Any) -> None:
+    """Pops the attribute by which xarray masks in v3 what it masks in the v2 ``v2_array`` (its fill value)."""
+    fill_value, dtype = v2_array.metadata.fill_value, v2_array.dtype
+    if fill_value is None or dtype.kind in "MmV" or isinstance(fill_value, bytes):
+        assert "_FillValue" not in attributes and "missing_value" not in attributes
+    elif dtype.kind in "biufc":
+        decoded = FillValueCoder.decode(attributes.pop("_FillValue"), dtype)
+        assert decoded == fill_value or (np.isnan(decoded) and np.isnan(fill_value))
+    else:
+        assert attributes.pop("missing_value") == fill_value
+
+
+def assert_v3_copy(path: Path, expected: dict[str, np.ndarray], v2_path: Path | None = None) -> None:
+    v2_path = v2_path or path
     ours = zarrx.open_group(str(path))
     theirs = zarr.open_group(str(path), mode="r", zarr_format=3)
     assert ours.metadata.zarr_format == 3 and theirs.attrs["title"] == "v2 data"
@@ -72,7 +87,9 @@ def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
     for name, values in expected.items():
         array = ours[name]
         assert array.metadata.zarr_format == 3
-        assert array.dimension_names == ("y", "x") and array.attrs.asdict() == {"units": name.split("/")[-1]}
+        attributes = array.attrs.asdict()
+        assert_cf_fill_value(attributes, zarr.open_array(str(v2_path), path=name, mode="r", zarr_format=2))
+        assert array.dimension_names == ("y", "x") and attributes == {"units": name.split("/")[-1]}
         assert_values(array[:], values)
         if name.endswith("struct"):
             continue  # zarr-python 3.1 reads only the legacy "structured" name (test_interop's disagreements)
@@ -83,8 +100,9 @@ def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
 
 def test_convert_v2_to_v3(tmp_path):
     expected = build_v2(tmp_path / "v2")
-    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "v3"), progress=False)
-    assert_v3_copy(tmp_path / "v3", expected)
+    with pytest.warns(MaskLostWarning, match="'/sub/bytes': xarray reads the v2 fill value b''"):
+        zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "v3"), progress=False)
+    assert_v3_copy(tmp_path / "v3", expected, tmp_path / "v2")
     blosc = zarrx.open_array(str(tmp_path / "v3"), "blosc")
     assert blosc.chunks == (3, 2) and [c["name"] for c in blosc.metadata.to_json()["codecs"]] == ["bytes", "blosc"]
     assert zarrx.open_array(str(tmp_path / "v3"), "delta-nested").metadata.to_json()["codecs"][0]["name"] == "numcodecs.delta"
@@ -94,7 +112,8 @@ def test_convert_v2_to_v3(tmp_path):
 def test_migrate_v2_to_v3_keeps_chunks_and_reads_in_zarr_python(tmp_path):
     expected = build_v2(tmp_path / "v2")
     before = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
-    zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
+    with pytest.warns(MaskLostWarning, match="'/sub/bytes'"):
+        zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
     after = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
     assert {p: v for p, v in after.items() if p.name != "zarr.json"} == before  # v2 documents and chunks untouched
     assert len(after) - len(before) == len(V2_ARRAYS) + 2  # a zarr.json per array and group
@@ -172,7 +191,7 @@ def test_convert_rechunks_a_hierarchy_of_mixed_ranks_by_dimension_name(tmp_path)
     lat[...] = np.linspace(-80, 80, 8)
     flags = root.create_array("flags", shape=(5,), chunks=(2,), shards=(4,), dtype="u1")  # no dimension names
     flags[...] = 1
-    with pytest.raises(UsageError, match="by dimension name"):
+    with pytest.raises(MetadataError, match="chunks: expected 1 chunk lengths .*by dimension name"):
         zarrx.convert(str(tmp_path / "s"), str(tmp_path / "bad"), chunks=(6, 4, 5), progress=False)
     out = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), chunks={"time": 6, "lat": 4},
                         shards={"time": 12}, progress=False)  # fmt: skip
@@ -195,7 +214,7 @@ def test_convert_refuses_a_non_empty_destination_and_shows_progress(tmp_path, ca
     converted = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), overwrite=True)
     assert converted[:].tolist() == [3, 3, 3, 3]
     assert "Completed" in capsys.readouterr().out  # dask's progress bar
-    with pytest.raises(UsageError, match="chunks"):
+    with pytest.raises(MetadataError, match="chunks: expected 1 chunk lengths for shape"):
         zarrx.convert(str(tmp_path / "s"), {}, chunks=(2, 2), progress=False)
 
 
@@ -208,7 +227,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
                  "--compressor", "zstd:3", "--no-progress"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "Converted" in out and "blosc (7, 5) float64 chunks=(4, 4)" in out
-    assert_v3_copy(tmp_path / "v3", expected)
+    assert_v3_copy(tmp_path / "v3", expected, tmp_path / "v2")
     codecs = zarrx.open_array(str(tmp_path / "v3"), "blosc").metadata.to_json()["codecs"]
     assert codecs[-1] == {"name": "zstd", "configuration": {"level": 3}}
     assert main(["convert", str(tmp_path / "v2"), "--migrate-in-place"]) == 0
