@@ -95,7 +95,7 @@ def test_info_of_an_array_and_a_group(hierarchy):
     assert info["Fill value"] == '"NaN"' and info["Dimension names"] == "time, x"
     assert info["No. bytes stored"].startswith(f"{stored} ")
     assert info["Compression ratio"] == f"{8 * 6 * 4 / stored:.2f}"
-    assert info["Shards initialized"] == "2/2"
+    assert info["Initialized"] == "2/2 shards" and info["No. chunks"] == "8 (4, 2)" and info["No. shards"] == "2 (2, 1)"
     assert "  units: K" in result.stdout
 
     result = zarrx_cli("info", hierarchy)
@@ -133,7 +133,10 @@ def test_verify_passes_then_names_every_bad_chunk(hierarchy):
     # only the array with the missing chunk: fine, unless every chunk must be there
     assert zarrx_cli("verify", hierarchy, "--path", "obs/count", "--no-progress").returncode == 0
     strict = zarrx_cli("verify", hierarchy, "--path", "obs/count", "--no-progress", "--require-all-chunks")
-    assert strict.returncode == 1 and "1 chunk(s) missing" in strict.stdout
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "FAILED (--require-all-chunks): 1 stored object(s) missing in 1 array(s):" in strict.stdout
+    assert "  /obs/count: 1 of 2 chunks missing, e.g. obs/count/c/0" in strict.stdout
+    assert "reads as the array's fill value" in strict.stdout and "interrupted" in strict.stdout
 
 
 # -- consolidate ----------------------------------------------------------------------------------
@@ -195,7 +198,7 @@ def test_storage_options_reach_an_s3_store():
         server.reset()
         result = zarrx_cli("info", url, *flags, "--storage-option", 'config_kwargs={"retries": {"max_attempts": 1}}')
         assert result.returncode == 0, result.stderr
-        assert "(6, 4)" in result.stdout and "Chunks initialized : 2/2" in result.stdout
+        assert "(6, 4)" in result.stdout and "Initialized       : 2/2 chunks" in result.stdout
         assert server.count("GET") >= 1  # the command's requests went to this server, with these options
 
         verified = zarrx_cli("verify", url, *flags, "--no-progress")
@@ -212,7 +215,7 @@ def test_tree_and_verify_over_http(hierarchy):
         assert tree.returncode == 0, tree.stderr
         assert "t2m (8, 6) float32 chunks=(2, 3) shards=(4, 6)" in tree.stdout and "flags (6,) uint8" in tree.stdout
         verified = zarrx_cli("verify", url, "--no-progress")
-        assert verified.returncode == 0 and "7 stored chunk(s) checked" in verified.stdout
+        assert verified.returncode == 0 and "5 stored chunk(s) and 2 shard(s) checked" in verified.stdout
         assert any(request.path.endswith("/t2m/c/1/0") for request in server.requests)
 
 

@@ -242,7 +242,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "a,b"], "--chunks: expected comma-separated integers"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "x=a"], "or lengths by dimension name"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "2,2,2"], "chunks"),
-        (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: expected"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: unknown codec 'snappy'"),
         (["convert", "{tmp}/src", "{tmp}/out", "--storage-option", "nokey"], "--storage-option: expected key=value"),
         (["convert", "{tmp}/src", "{tmp}/src", "--overwrite"], "the source store itself"),
         (["convert", "{tmp}/src", "{tmp}/other"], "already holds"),
