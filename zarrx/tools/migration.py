@@ -144,6 +144,7 @@ def v3_attributes(metadata: NodeMetadata, where: str = "") -> tuple[dict[str, An
         if mask is not None and dtype.kind not in _UNMASKED_KINDS:
             attribute = _fill_value_attribute(mask, dtype)
             if attribute is None:
+                mask = mask.item() if isinstance(mask, np.generic) else mask
                 warnings.warn(
                     f"{where or 'array'}: xarray reads the v2 fill value {mask!r} of this {dtype} array as missing "
                     "(NaN), but has no v3 attribute to mask a value of this type by; after the conversion "
