@@ -291,7 +291,7 @@ def v2_codec_config(value: Any, field_name: str) -> dict[str, Any]:
     Examples
     --------
     >>> v2_codec_config("zstd", "compressors[0]"), v2_codec_config(BloscCodec(shuffle="bitshuffle"), "compressors[0]")
-    ({'id': 'zstd', 'level': 0}, {'id': 'blosc', 'cname': 'zstd', 'clevel': 5, 'shuffle': 2, 'blocksize': 0})
+    ({'id': 'zstd', 'level': 0, 'checksum': False}, {'id': 'blosc', 'cname': 'zstd', 'clevel': 5, 'shuffle': 2, 'blocksize': 0})
     """
     if isinstance(value, NumcodecsCodec):
         return check_codec_config(value.get_config(), field_name)
@@ -302,10 +302,13 @@ def v2_codec_config(value: Any, field_name: str) -> dict[str, Any]:
         raise MetadataError(f"{field_name}: a codec marked must_understand: false has no Zarr v2 form")
     build = V2_FROM_V3.get(type(codec))
     if build is not None:
-        return check_codec_config(build(codec), field_name)
-    if codec.name.startswith(NUMCODECS_PREFIX):
-        configuration = codec.configuration() or {}
-        return check_codec_config({"id": codec.name.removeprefix(NUMCODECS_PREFIX), **configuration}, field_name)
+        config = build(codec)
+    elif codec.name.startswith(NUMCODECS_PREFIX):
+        config = {"id": codec.name.removeprefix(NUMCODECS_PREFIX), **(codec.configuration() or {})}
+    else:
+        config = None
+    if config is not None:  # with every member numcodecs records, as zarr-python writes a numcodecs codec
+        return check_codec_config(numcodecs.get_codec(check_codec_config(config, field_name)).get_config(), field_name)
     raise MetadataError(
         f"{field_name}: Zarr format 2 has no codec like the v3 codec {codec.name!r}; "
         "use a numcodecs codec (numcodecs.Zstd(level=3), numcodecs.Blosc(), ...) or zarr_format=3"
