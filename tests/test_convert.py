@@ -10,6 +10,7 @@ dimension names; zarrx follows the v3 spec, where dimension names have their own
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,67 @@ def test_console_script_prints_no_traceback(tmp_path):
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("zarrx: error: no array or group")
+
+
+# -- checked before anything is written -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(chunks=(3,), shards=(5,)),  # shards not a multiple of the chunks (was rounded to 6)
+        dict(chunks=(2, 2)),  # chunks of the wrong rank
+        dict(chunks=(2,), shards=(4, 4)),  # shards of the wrong rank
+        dict(chunks=(0,)),
+        dict(compressors="snappy"),  # an unknown compressor
+        dict(compressors=[{"name": "zstd", "configuration": {"level": 99}}]),
+        dict(compressors=[zarr.codecs.BytesCodec()]),  # no compressor at all
+    ],
+    ids=["shards-not-a-multiple", "chunks-rank", "shards-rank", "chunks-zero", "unknown-compressor", "bad-level", "not-a-compressor"],
+)
+def test_convert_refuses_what_create_array_refuses_before_writing_a_byte(tmp_path, settings):
+    source = zarrx.create_array(str(tmp_path / "src"), shape=(10,), chunks=(5,), dtype="<i2", zarr_format=2)
+    source[:] = np.arange(10)
+    with pytest.raises(MetadataError) as expected:
+        zarrx.create_array({}, shape=(10,), dtype="<i2", **settings)
+    with pytest.raises(type(expected.value)) as found:
+        zarrx.convert(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False, **settings)
+    assert str(expected.value) in str(found.value) and "array '/'" in str(found.value)
+    assert not [files for _, _, files in os.walk(tmp_path / "dst") if files]  # not a byte written
+
+
+def test_shards_past_the_shape_are_cut_to_whole_chunks_not_rounded(tmp_path):
+    source = zarrx.create_array(str(tmp_path / "src"), shape=(10, 7), chunks=(5, 7), dtype="<i2")
+    source[:] = np.arange(70).reshape(10, 7)
+    cut = zarrx.convert(str(tmp_path / "src"), str(tmp_path / "a"), chunks=(3, 3), shards=(30, -1), progress=False)
+    assert cut.chunks == (3, 3) and cut.shards == (12, 9)  # one shard of whole chunks covering the shape
+    assert_values(cut[:], source[:])
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "b"), "--chunks", "3,3", "--shards", "5,3", "--no-progress"]) == 2
+
+
+# -- consolidated metadata ------------------------------------------------------------------------
+
+
+def _consolidated_members(path: Path) -> list[str] | None:
+    document = json.loads((path / "zarr.json").read_text()).get("consolidated_metadata")
+    return None if document is None else sorted(document["metadata"])
+
+
+def test_the_destination_is_consolidated_when_the_source_was_or_on_request(tmp_path):
+    root = zarrx.create_group(str(tmp_path / "v2"), zarr_format=2)
+    root.create_array("a", shape=(4,), dtype="<i2", zarr_format=2)[:] = 1
+    root.create_array("g/b", shape=(3,), dtype="<f4", zarr_format=2)[:] = 2
+    plain = tmp_path / "plain"
+    zarrx.convert(str(tmp_path / "v2"), str(plain), progress=False)
+    assert _consolidated_members(plain) is None
+    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "asked"), consolidate=True, progress=False)
+    assert _consolidated_members(tmp_path / "asked") == ["a", "g", "g/b"]
+    zarrx.consolidate_metadata(str(tmp_path / "v2"))
+    root.create_array("late", shape=(2,), dtype="<i2", zarr_format=2)  # the consolidated metadata is stale now
+    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "kept"), progress=False)
+    assert _consolidated_members(tmp_path / "kept") == ["a", "g", "g/b", "late"]  # every member, as stored
+    assert sorted(zarr.open_consolidated(str(tmp_path / "kept"), zarr_format=3)) == ["a", "g", "late"]
+    assert main(["convert", str(tmp_path / "v2"), str(tmp_path / "cli"), "--no-consolidate", "--no-progress"]) == 0
+    assert _consolidated_members(tmp_path / "cli") is None
+    zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))  # in place too: .zmetadata was there
+    assert _consolidated_members(tmp_path / "v2") == ["a", "g", "g/b", "late"]

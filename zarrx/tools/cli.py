@@ -250,13 +250,14 @@ def run_convert(args: argparse.Namespace) -> int:
         compressors=parse_compressor_option(args.compressor),
         consolidate=args.consolidate,
     )
-    if not args.overwrite and read_job(make_store(args.dst, mode="r", storage_options=dst_options)) is not None:
-        print(f"Resuming the interrupted convert into {args.dst}: stored chunks that decode are kept", file=sys.stderr)
+    resuming = not args.overwrite and read_job(make_store(args.dst, mode="r", storage_options=dst_options)) is not None
     started = time.perf_counter()
     with warnings_on_stderr():
         node = convert(args.src, args.dst, **options, storage_options=storage_options, dst_storage_options=dst_options,
                        overwrite=args.overwrite, progress=not args.no_progress)  # fmt: skip
     consolidated = " (consolidated)" if isinstance(node, Group) and node.is_consolidated else ""
+    if resuming:
+        print(f"Resumed the interrupted convert into {args.dst}: the stored chunks that decode were kept")
     print(f"Converted {args.src} to Zarr v3 at {args.dst}{consolidated} in {time.perf_counter() - started:.2f} s")
     print(display.tree_text(node))
     return 0
