@@ -30,6 +30,7 @@ Both refuse data types that exist only in v2 (structured types with subarray fie
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -245,28 +246,31 @@ def _finish(store: Store, documents: dict[str, bytes]) -> None:
 
 def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ...]]) -> list[Any]:
     """One dask task per block of the source aligned on the target's stored objects, but for the
-    blocks whose objects are all stored and verified already."""
+    blocks whose objects are all stored and verified already (``done``)."""
     import dask
     from zarrx.dask.alignment import align_blocks
     from zarrx.dask.read import BlockSelections
-    from zarrx.dask.write import write_block
+    from zarrx.dask.write import to_zarr, write_block
 
+    if not done:  # a new copy: dask's blockwise write, the read and write of a block fused in one task
+        return [to_zarr(source.to_dask(), target, compute=False, align="rechunk")]
     offsets = (0,) * source.ndim
     blocks = align_blocks(source.to_dask(), target, offsets, "rechunk")
     unit = target.shards or target.chunks
     selections = BlockSelections(blocks.chunks)
     handle = target.handle.evolve(for_writing=True)
     delayed = blocks.to_delayed()
+    # the handle bound outside the arguments, which dask would walk through (a dataclass) per task
+    write = dask.delayed(functools.partial(write_block, handle=handle, offset=offsets), pure=False)
     tasks = []
     for index in np.ndindex(*blocks.numblocks):
         selection = selections[index]
         if any(part.stop == part.start for part in selection):
             continue  # an empty array
         covered = [range(part.start // step, (part.stop - 1) // step + 1) for part, step in zip(selection, unit)]
-        if done and all(coords in done for coords in itertools.product(*covered)):
+        if all(coords in done for coords in itertools.product(*covered)):
             continue
-        write = dask.delayed(write_block, pure=False)
-        tasks.append(write(delayed[index], handle, selection, offsets, dask_key_name=f"zarrx-convert-{name}-{index}"))
+        tasks.append(write(delayed[index], selection=selection, dask_key_name=f"zarrx-convert-{name}-{index}"))
     return tasks
 
 
