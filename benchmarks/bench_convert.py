@@ -24,12 +24,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
 
 import dask
 import dask.array as da
@@ -38,6 +35,7 @@ import numpy as np
 import zarr
 
 import zarrx
+from bench_dask import median_time, sample_data  # the same timing and data as the dask benchmark
 from zarrx.errors import StoreError
 from zarrx.storage import LocalStore
 from zarrx.testing import FaultyStore
@@ -55,23 +53,6 @@ class Sizes:
 
 FULL = Sizes(shape=(4096, 4096), chunks=(256, 256), new_chunks=(512, 512), shards=(2048, 2048), groups=200, repeat=3)
 SMOKE = Sizes(shape=(256, 256), chunks=(64, 64), new_chunks=(64, 64), shards=(128, 128), groups=5, repeat=1)
-
-
-def median_time(function: Callable[[], object], setup: Callable[[], object], repeat: int) -> float:
-    times = []
-    for run in range(repeat + 1):  # the first run warms up and is not counted
-        setup()
-        start = time.perf_counter()
-        function()
-        if run:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def sample_data(shape: tuple[int, int]) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    rows, columns = np.indices(shape, dtype=np.float32)
-    return (np.sin(rows / 50) * np.cos(columns / 70) * 100 + rng.integers(0, 4, shape)).astype(np.float32)
 
 
 def main() -> None:
@@ -109,15 +90,15 @@ def main() -> None:
 
     rows = []
     with dask.config.set(scheduler="threads"):
-        ours = median_time(lambda: zarrx.convert(src, dst, progress=False), fresh, repeat)
+        ours = median_time(lambda: zarrx.convert(src, dst, progress=False), repeat, fresh)
         same_values()
-        theirs = median_time(peer_copy, fresh, repeat)
+        theirs = median_time(peer_copy, repeat, fresh)
         same_values()
         rows.append(("copy, same chunks", ours, theirs, "dask.array.from_zarr(...).to_zarr"))
         sharded = dict(chunks=sizes.new_chunks, shards=sizes.shards)
-        ours = median_time(lambda: zarrx.convert(src, dst, progress=False, **sharded), fresh, repeat)
+        ours = median_time(lambda: zarrx.convert(src, dst, progress=False, **sharded), repeat, fresh)
         same_values()
-        theirs = median_time(lambda: peer_copy(**sharded), fresh, repeat)
+        theirs = median_time(lambda: peer_copy(**sharded), repeat, fresh)
         same_values()
         rows.append(("copy, re-chunked + sharded", ours, theirs, "same, rechunked onto the shards"))
         # an interrupted convert with every chunk stored: its root document failed, its mark is there
@@ -131,7 +112,7 @@ def main() -> None:
             fresh()
             shutil.copytree(interrupted, dst)
 
-        ours = median_time(lambda: zarrx.convert(src, dst, progress=False), copy_interrupted, repeat)
+        ours = median_time(lambda: zarrx.convert(src, dst, progress=False), repeat, copy_interrupted)
         same_values()
         rows.append(("resume of a finished copy", ours, None, "(no peer resumes)"))
 
@@ -152,9 +133,9 @@ def main() -> None:
 
         migrate_v2_to_v3(input_store=ZarrLocalStore(copy))
 
-    ours = median_time(lambda: zarrx.migrate_v2_to_v3(copy), fresh_tree, repeat)
+    ours = median_time(lambda: zarrx.migrate_v2_to_v3(copy), repeat, fresh_tree)
     try:
-        theirs = median_time(zarr_migrate, fresh_tree, repeat)
+        theirs = median_time(zarr_migrate, repeat, fresh_tree)
     except ImportError:
         theirs = None
     rows.append((f"migrate in place ({sizes.groups} arrays)", ours, theirs, "zarr migrate v3"))
