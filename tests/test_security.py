@@ -192,7 +192,9 @@ class KeyCheckingStore(Store):
 
 
 #: every name a node key may end with: metadata documents, and chunk keys made of digits
-KEY_ENDINGS = re.compile(r"(zarr\.json|\.zarray|\.zgroup|\.zattrs|\.zmetadata|c([./][0-9]+)*|[0-9]+([./][0-9]+)*)?")
+#: what follows the node path in a key: a metadata document (or the mark verify looks for, of an
+#: unfinished convert: zarrx.tools.convert_job), or a chunk key
+KEY_ENDINGS = re.compile(r"(zarr\.json|\.zarray|\.zgroup|\.zattrs|\.zmetadata|zarrx-convert-incomplete\.json|c([./][0-9]+)*|[0-9]+([./][0-9]+)*)?")
 
 node_names = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\x00"), min_size=1, max_size=12

@@ -12,17 +12,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from zarrx.codecs import (
-    BytesCodec,
-    CodecPipeline,
-    ShardingCodec,
-    VLenBytesCodec,
-    VLenUTF8Codec,
-    ZstdCodec,
-    parse_codecs,
-)
+from zarrx.codecs import BytesCodec, CodecPipeline, ShardingCodec, VLenBytesCodec, VLenUTF8Codec, ZstdCodec
 from zarrx.codecs.base import ArrayBytesCodec, ChunkSpec
-from zarrx.codecs.v2 import check_codec_config
+from zarrx.codecs.normalize import as_codecs, v2_codec_config
 from zarrx.dtypes import DataType, resolve_data_type
 from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
 from zarrx.errors import MetadataError, ZarrxError
@@ -130,7 +122,12 @@ def build_array_metadata(
         serializer = default_serializer(data_type)
     if isinstance(compressors, str) and compressors == "auto":
         compressors = [ZstdCodec(level=0, checksum=False)]
-    codecs = parse_codecs([*_codec_list(filters), serializer, *_codec_list(compressors)])
+    # codecs in any form users hold them (zarrx, JSON, zarr-python, numcodecs, short names)
+    codecs = [
+        *as_codecs(filters, "filters", "array_to_array"),
+        *as_codecs(serializer, "serializer", "array_to_bytes"),
+        *as_codecs(compressors, "compressors", "bytes_to_bytes"),
+    ]
     if shards is not None:
         # as zarr-python does: every codec applies to inner chunks; the index is bytes + crc32c
         codecs = (ShardingCodec(chunk_shape=chunk_shape, codecs=codecs),)
@@ -165,10 +162,8 @@ DEFAULT_V2_COMPRESSOR = {"id": "zstd", "level": 0}
 
 
 def _v2_codec_config(codec: Any, field_name: str) -> dict[str, Any]:
-    """A numcodecs codec (or its configuration dict) as a checked v2 configuration."""
-    if hasattr(codec, "get_config") and callable(codec.get_config):
-        codec = codec.get_config()
-    config = check_codec_config(codec, field_name)
+    """A codec in any form users hold it as a checked v2 (numcodecs) configuration."""
+    config = v2_codec_config(codec, field_name)
     if config["id"] == "zstd" and config.get("checksum") is False:
         del config["checksum"]  # as zarr-python writes it (zarr-python issue 2647)
     return config

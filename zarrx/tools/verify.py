@@ -20,9 +20,12 @@ few chunks per thread -- and returns a :class:`VerifyReport`:
 * ``temporary``: temporary files of :class:`~zarrx.storage.LocalStore` writes that
   were interrupted (a killed process); never read as data, safe to delete.
 
-``report.ok`` is true when no chunk is corrupt and every metadata document parses;
-missing chunks, unknown keys and temporary files do not change it. ``str(report)``
-is a readable summary (what ``zarrx verify URL`` prints).
+* ``incomplete``: the mark of an unfinished :func:`zarrx.convert` at or above the node
+  (:mod:`zarrx.tools.convert_job`): chunks and metadata may be missing.
+
+``report.ok`` is true when no chunk is corrupt, every metadata document parses and no convert
+is unfinished; missing chunks (shards, for sharded arrays), unknown keys and temporary files do
+not change it. ``str(report)`` is a readable summary (what ``zarrx verify URL`` prints).
 
 The metadata read is the store's own documents, never consolidated metadata, so a
 stale consolidated document does not hide a node.
@@ -36,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import NodeNotFoundError, StoreError, ZarrxError
 from zarrx.io.decode import decode_stored
@@ -49,6 +53,7 @@ from zarrx.storage import make_store
 from zarrx.storage.local import is_temporary_name
 from zarrx.storage.paths import is_node_name, join_key, normalize_path
 from zarrx.storage.store import Store
+from zarrx.tools.convert_job import incomplete_marks
 from zarrx.tools.progress import ProgressCallback, progress_callback
 
 __all__ = ["verify", "VerifyReport", "Problem", "ArrayCheck", "MAX_LISTED_MISSING"]
@@ -78,23 +83,34 @@ class Problem:
 
 @dataclass(frozen=True)
 class ArrayCheck:
-    """What was found for one array: chunks in its grid, stored, checked, and missing."""
+    """What was found for one array: stored objects (chunks, or shards) in its grid, stored, missing."""
 
     path: str
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: str
+    #: stored objects in the grid: chunks, or shards when ``shards`` is set
     nchunks: int
     stored: int
+    #: the shard shape of a sharded array (``chunks`` are then its inner chunks)
+    shards: tuple[int, ...] | None = None
+    #: keys of missing objects, as many as are listed
+    missing_keys: tuple[str, ...] = ()
 
     @property
     def missing(self) -> int:
         return self.nchunks - self.stored
 
+    @property
+    def objects(self) -> str:
+        """What the array stores: "chunks" or "shards"."""
+        return "chunks" if self.shards is None else "shards"
+
     def __str__(self) -> str:
+        shards = "" if self.shards is None else f" shards={self.shards}"
         return (
-            f"/{self.path} {self.dtype} shape={self.shape} chunks={self.chunks}: "
-            f"{self.stored} of {self.nchunks} chunks stored"
+            f"/{self.path} {self.dtype} shape={self.shape} chunks={self.chunks}{shards}: "
+            f"{self.stored} of {self.nchunks} {self.objects} stored"
         )
 
 
@@ -111,6 +127,8 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     temporary: list[str] = field(default_factory=list)
+    #: marks of an unfinished convert at the node or above it
+    incomplete: list[Problem] = field(default_factory=list)
     #: stored chunks (shards) read and decoded
     chunks_checked: int = 0
     #: their stored bytes
@@ -119,8 +137,9 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """True when every stored chunk decodes and every metadata document parses."""
-        return not self.corrupt and not self.bad_metadata
+        """True when every stored chunk decodes, every metadata document parses and no convert
+        into the node is unfinished."""
+        return not self.corrupt and not self.bad_metadata and not self.incomplete
 
     @property
     def missing_count(self) -> int:
@@ -132,8 +151,10 @@ class VerifyReport:
 
     def __str__(self) -> str:
         lines = [f"verify {self.store} {'/' + self.path!r}"]
+        shards = sum(array.stored for array in self.arrays if array.shards is not None)
+        checked = f"{self.chunks_checked - shards} stored chunk(s)" + (f" and {shards} shard(s)" if shards else "")
         lines.append(
-            f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {self.chunks_checked} stored chunk(s) "
+            f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {checked} "
             f"checked ({human_bytes(self.bytes_checked)}) in {self.seconds:.1f} s"
         )
         lines += [f"  {array}" for array in self.arrays[:SHOWN]]
@@ -144,11 +165,17 @@ class VerifyReport:
         else:
             lines.append(
                 f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
+                + (", an unfinished convert" if self.incomplete else "")
             )
         sections = [
+            ("INCOMPLETE: an interrupted (or running) zarrx convert is writing here; chunks and metadata may be "
+             "missing. Rerun the same convert to resume it, or convert again with --overwrite",
+             self.incomplete, len(self.incomplete)),  # fmt: skip
             ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
             ("corrupt chunks", self.corrupt, len(self.corrupt)),
-            ("missing chunks (they read as the fill value; not an error)", self.missing, self.missing_count),
+            *((f"missing {kind} (they read as the fill value; not an error)",
+               [key for array in self.arrays if array.objects == kind for key in array.missing_keys],
+               sum(array.missing for array in self.arrays if array.objects == kind)) for kind in ("chunks", "shards")),  # fmt: skip
             ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
             ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
         ]
@@ -390,6 +417,7 @@ def verify(
     zstore = make_store(store, mode="r", storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
     report = VerifyReport(store=repr(zstore), path=path)
+    report.incomplete = [Problem(key, "/" + path, "an unfinished zarrx convert") for key in incomplete_marks(zstore, path)]
     try:
         root = read_node(zstore, path)
     except ZarrxError as error:
@@ -398,6 +426,9 @@ def verify(
         report.bad_metadata.append(Problem(node_keys(path, None), "/" + path, str(error)))
         report.seconds = time.perf_counter() - started
         return report
+    if root is None and report.incomplete:
+        report.seconds = time.perf_counter() - started
+        return report  # nothing to decode yet: the convert writes the metadata last
     if root is None:
         raise NodeNotFoundError(f"no array or group at {'/' + path!r} in {zstore!r} (key {node_keys(path, None)} is absent)")
 
@@ -407,23 +438,24 @@ def verify(
     jobs: dict[str, _Job] = {}
     for array_path, metadata in sorted(walk.arrays.items()):
         chunks = stored[array_path]
+        handle = ArrayHandle(zstore, array_path, metadata)
+        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
+        missing = metadata.nchunks - len(chunks)
+        listed = list(_missing_keys(metadata, array_path, {c for _, c in chunks}, min(missing, MAX_LISTED_MISSING))) if missing else []
+        report.missing.extend(listed)
+        sharding = metadata.codecs.array_bytes if isinstance(metadata.codecs.array_bytes, ShardingCodec) else None
         report.arrays.append(
             ArrayCheck(
                 path=array_path,
                 shape=tuple(metadata.shape),
-                chunks=tuple(metadata.chunks),
+                chunks=tuple(metadata.chunks if sharding is None else sharding.chunk_shape),
                 dtype=str(metadata.dtype),
                 nchunks=metadata.nchunks,
                 stored=len(chunks),
+                shards=None if sharding is None else tuple(metadata.chunks),
+                missing_keys=tuple(listed),
             )
         )
-        handle = ArrayHandle(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
-        missing = metadata.nchunks - len(chunks)
-        if missing:
-            report.missing.extend(
-                _missing_keys(metadata, array_path, {coords for _, coords in chunks}, min(missing, MAX_LISTED_MISSING))
-            )
     report.temporary = _temporary_files(zstore, path)
 
     show = progress_callback(progress, "verify")
