@@ -46,6 +46,7 @@ from zarrx.errors import (
     InvalidPathError,
     MetadataError,
     NodeNotFoundError,
+    OutsideStoreError,
     StoreError,
     UnknownCodecError,
     UnsupportedExtensionError,
@@ -977,8 +978,8 @@ STORE_FAILURES = {  # what is at the chunk's path: the result the store contract
     "parent-is-file": "missing",  # (both chunks x/c/1/0 and x/c/1/1 are then missing)
     "symlink-loop": StoreError,
     "fifo": StoreError,
-    "symlink-to-dev-zero": StoreError,
-    "symlink-to-dev-urandom": StoreError,
+    "symlink-to-dev-zero": OutsideStoreError,  # a link out of the store root: refused before opening
+    "symlink-to-dev-urandom": OutsideStoreError,
 }
 
 
@@ -995,8 +996,8 @@ def test_local_store_failure(tmp_path, kind, target):
     replace_with(path, kind)
     read = lambda: zarrx.open_array(tmp_path / "store", "x")[...]  # noqa: E731
     try:
-        if STORE_FAILURES[kind] is StoreError:
-            check_error(StoreError, read, repr(key))
+        if isinstance(STORE_FAILURES[kind], type):
+            check_error(STORE_FAILURES[kind], read, repr(key))
         elif target == "chunk":
             expected = DATA.copy()
             expected[4:, : 8 if kind == "parent-is-file" else 4] = 0  # the fill value
@@ -1006,6 +1007,16 @@ def test_local_store_failure(tmp_path, kind, target):
     finally:
         if kind == "fifo":
             release_fifo(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX symlinks")
+@pytest.mark.parametrize("kind", ["symlink-to-dev-zero", "symlink-to-dev-urandom"])
+def test_a_device_behind_a_followed_external_link_is_a_store_error(tmp_path, kind):
+    """A store that follows links out of its root still refuses what is not a regular file."""
+    create(tmp_path / "store", "zstd")
+    replace_with(tmp_path / "store" / CHUNK_KEY, kind)
+    store = LocalStore(tmp_path / "store", follow_external_links=True)
+    check_error(StoreError, lambda: zarrx.open_array(store, "x")[...], repr(CHUNK_KEY), "not a regular file")
 
 
 # -- property: mutated metadata and chunks ------------------------------------------------------------------

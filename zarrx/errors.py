@@ -26,6 +26,7 @@ __all__ = [
     "BoundsCheckError",
     "ChunkAlignmentError",
     "StoreError",
+    "OutsideStoreError",
     "UsageError",
     "StoreTypeError",
 ]
@@ -95,6 +96,14 @@ class ChunkAlignmentError(ZarrxError, ValueError):
 
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
+
+
+class OutsideStoreError(StoreError, PermissionError):
+    """A key whose file lies outside the store's root folder, through a symbolic link.
+
+    Writes and deletions never leave the root; reads do only where the store allows it
+    (``LocalStore(root, follow_external_links=True)``).
+    """
 
 
 class UsageError(ZarrxError, ValueError):
