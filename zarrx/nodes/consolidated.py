@@ -1,0 +1,291 @@
+"""Consolidated metadata that stays true when members change.
+
+A group's consolidated metadata copies the documents of every node below it, so a reader opens
+the whole hierarchy with one request: for Zarr v3 the ``consolidated_metadata`` inside the group's
+``zarr.json`` (zarr-python 3's inline form), for Zarr v2 the ``.zmetadata`` beside its
+``.zgroup``. A copy is stale as soon as a member's own document changes -- and a reader of the
+copy would silently see the old shape, attributes or members. So every metadata write zarrx makes
+updates each consolidated copy of the node it changes (:func:`write_metadata` for an existing
+node's attributes, ``resize`` and ``append``; :func:`update_copies` after creating, overwriting or
+deleting nodes):
+
+1. **Where the copies are.** A node opened by its path knows nothing of its ancestors, and any of
+   them may hold a copy (the root, and any group consolidated on its own). So the ancestors'
+   documents are read, in one batch, when a node's metadata is written: v3 the ``zarr.json`` of
+   each ancestor, v2 the ``.zmetadata`` of each ancestor (and of a group itself, whose own
+   ``.zattrs`` is copied there). Creating a node reads the ancestors' documents anyway (to find
+   the groups to add above it), so creation costs no extra request. Chunk writes never touch
+   metadata and cost nothing; a hierarchy without consolidated metadata pays one batched read
+   of small documents per metadata write.
+2. **Order.** The member's own documents are written first, then each consolidated document
+   that holds a copy, rewritten whole (one atomic ``set`` each) with the copy replaced, added or
+   removed and everything else kept as it was. A failure of that second step is a
+   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it.
+3. **A group's own copy.** Writing a v3 group's attributes keeps the ``consolidated_metadata``
+   its ``zarr.json`` holds *now* (read in the same batch), not the one it was opened with, which
+   member writes may have updated since.
+
+Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
+Zarr has no locks: two processes changing metadata of one hierarchy at the same moment can each
+rewrite a consolidated document from the version before the other's change, leaving it stale.
+:func:`disagreements` finds such copies (``zarrx verify`` reports them) and
+:func:`zarrx.consolidate_metadata` rewrites them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from zarrx.errors import MetadataError, StoreError
+from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
+from zarrx.metadata.protocol import NodeMetadata
+from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2
+from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
+from zarrx.storage.paths import join_key
+from zarrx.storage.store import Store
+
+__all__ = ["write_metadata", "update_copies", "copy_keys", "disagreements", "parse_copies", "Change"]
+
+#: a change to one node: its path, its new metadata (None: it and everything below it were
+#: deleted) and its Zarr format (2 or 3; which consolidated documents may copy it)
+Change = tuple[str, "NodeMetadata | None", int]
+
+#: the document that may hold consolidated copies, by Zarr format
+_DOCUMENT = {3: ZARR_JSON, 2: ZMETADATA}
+
+
+def _ancestors(path: str) -> list[str]:
+    """The groups above ``path``: ``""`` first, its parent last."""
+    parts = path.split("/")[:-1] if path else []
+    return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))] if path else []
+
+
+def _relative(path: str, group: str) -> str:
+    return path[len(group) + 1 :] if group else path
+
+
+def copy_keys(path: str, zarr_format: int, is_group: bool) -> list[str]:
+    """The keys of the documents that may hold a consolidated copy of the node at ``path``:
+    each ancestor's ``zarr.json`` (v3) or ``.zmetadata`` (v2, and a group's own, which copies
+    its ``.zattrs``).
+
+    Examples
+    --------
+    >>> copy_keys("a/b/x", 3, is_group=False)
+    ['zarr.json', 'a/zarr.json', 'a/b/zarr.json']
+    >>> copy_keys("a", 2, is_group=True)
+    ['.zmetadata', 'a/.zmetadata']
+    """
+    document = _DOCUMENT.get(zarr_format)
+    if document is None:
+        return []
+    groups = _ancestors(path) + ([path] if is_group and zarr_format == 2 else [])
+    return [join_key(group, document) for group in groups]
+
+
+# -- writing ------------------------------------------------------------------------------------
+def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetadata:
+    """Write the documents of the existing node at ``path`` and update its consolidated copies;
+    returns the metadata written (a v3 group's ``consolidated_metadata`` as stored now).
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> x = root.create_array("x", shape=(2,), dtype="int8")
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> _ = write_metadata(root.store, "x", x.metadata.evolve(attributes={"units": "m"}))
+    >>> zarrx.open_group(root.store)["x"].attrs["units"]  # the consolidated copy
+    'm'
+    """
+    zarr_format = metadata.zarr_format
+    keys = copy_keys(path, zarr_format, metadata.node_type == "group")
+    own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
+    keep_own = zarr_format == 3 and metadata.node_type == "group"
+    documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
+    if keep_own:
+        metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+    write_node(store, path, metadata)
+    update_copies(store, [(path, metadata, zarr_format)], documents)
+    return metadata
+
+
+def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | None:
+    if raw is None:
+        return None
+    return ConsolidatedMetadata.from_json(decode_json(raw, key).get("consolidated_metadata"))
+
+
+def update_copies(store: Store, changes: Iterable[Change], documents: Mapping[str, bytes | None] | None = None) -> None:
+    """Bring every consolidated copy of the changed nodes up to date (their own documents are
+    written already). ``documents`` are consolidated documents read before (by key); the others
+    that may hold copies are read in one batch."""
+    changes = list(changes)
+    keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
+        path, zarr_format, metadata is not None and metadata.node_type == "group"
+    )))  # fmt: skip
+    found = dict(documents or {})
+    missing = [key for key in keys if key not in found]
+    if missing:
+        found.update(store.get_many(missing))
+    updated = {}
+    for key in keys:
+        raw = found.get(key)
+        if raw is None:
+            continue
+        document = _editable(raw, key)
+        if document is not None and _apply(document, key, changes):
+            updated[key] = encode_json(document)
+    if not updated:
+        return
+    try:
+        store.set_many(updated)
+    except StoreError as error:
+        groups = ", ".join(repr("/" + key.rpartition("/")[0]) for key in updated)
+        raise StoreError(
+            f"the metadata of {', '.join(repr('/' + path) for path, _, _ in changes)} was written, but the "
+            f"consolidated metadata of {groups} could not be updated and is stale until "
+            f"zarrx.consolidate_metadata runs on it (zarrx verify reports it): {error}"
+        ) from error
+
+
+def _editable(raw: bytes, key: str) -> dict[str, Any] | None:
+    """The consolidated document at ``key`` as JSON to edit, or None when it holds no copies
+    (a group without consolidated metadata) or cannot be read (left for verify to report)."""
+    try:
+        document = decode_json(raw, key)
+    except MetadataError:
+        return None
+    entries = _entries(document, key)
+    return document if isinstance(entries, dict) else None
+
+
+def _entries(document: dict[str, Any], key: str) -> Any:
+    if key.endswith(ZMETADATA):
+        return document.get("metadata")
+    consolidated = document.get("consolidated_metadata")
+    return consolidated.get("metadata") if isinstance(consolidated, dict) else None
+
+
+def _apply(document: dict[str, Any], key: str, changes: list[Change]) -> bool:
+    """Apply the changes below the group of ``key`` to its copies; whether anything changed."""
+    group = key.rpartition("/")[0]
+    v2 = key.endswith(ZMETADATA)
+    entries = _entries(document, key)
+    before = dict(entries)
+    for path, metadata, zarr_format in changes:
+        inside = path == group or (path.startswith(group + "/") if group else bool(path))
+        if not inside or zarr_format != (2 if v2 else 3):
+            continue
+        relative = _relative(path, group)
+        if metadata is None:
+            _remove(entries, relative, v2)
+        elif v2:
+            _remove(entries, relative, v2, documents_only=True)
+            for name, raw in metadata.documents().items():
+                entries[join_key(relative, name)] = decode_json(raw, join_key(path, name))
+        elif relative:
+            copy = metadata.to_json()
+            copy.pop("consolidated_metadata", None)  # a member's own copies are not copied
+            entries[relative] = copy
+    return entries != before
+
+
+def _remove(entries: dict[str, Any], relative: str, v2: bool, documents_only: bool = False) -> None:
+    """Drop the copies of the node ``relative`` (and, unless ``documents_only``, of everything below it)."""
+    if not relative:
+        return  # a group's own documents in its .zmetadata: it was deleted with them
+    names = [join_key(relative, name) for name in (ZARRAY, ZGROUP, ZATTRS)] if v2 else [relative]
+    for name in names:
+        entries.pop(name, None)
+    if not documents_only:
+        below = relative + "/"
+        for name in [name for name in entries if name.startswith(below)]:
+            del entries[name]
+
+
+# -- checking -----------------------------------------------------------------------------------
+def disagreements(
+    group: str, copies: Mapping[str, NodeMetadata | Exception], members: Mapping[str, NodeMetadata]
+) -> list[tuple[str, str]]:
+    """Where the consolidated metadata of the group at ``group`` disagrees with its members'
+    own documents: ``(member path, what differs)``, sorted by path.
+
+    ``copies`` are the parsed consolidated copies by path relative to the group (an exception
+    for one that does not parse); ``members`` the nodes below the group as their own documents
+    say, by path relative to the group. A copy of a member that no longer exists, a member
+    without a copy and a copy that differs (naming the fields) are each reported.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> a = zarrx.create_array({}, shape=(2,), dtype="int8")
+    >>> disagreements("", {"x": a.metadata}, {"x": a.metadata.evolve(shape=(4,)), "y": a.metadata})
+    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'missing from the consolidated metadata')]
+    """
+    found = []
+    for path in sorted(set(copies) | set(members)):
+        copy, member = copies.get(path), members.get(path)
+        if member is None:
+            found.append((path, "in the consolidated metadata, but no such node is stored"))
+        elif copy is None:
+            found.append((path, "missing from the consolidated metadata"))
+        elif isinstance(copy, Exception):
+            found.append((path, f"its consolidated copy is invalid: {copy}"))
+        else:
+            difference = _difference(_comparable(member), _comparable(copy))
+            if difference:
+                found.append((path, difference.replace("{document}", _document_name(member))))
+    return found
+
+
+def _comparable(metadata: NodeMetadata) -> dict[str, Any]:
+    """The fields of a node's documents, in canonical form (consolidated copies left out)."""
+    if metadata.zarr_format == 2:
+        merged: dict[str, Any] = {}
+        for name, raw in metadata.documents().items():
+            merged.update({f"{name}:{field}": value for field, value in decode_json(raw, name).items()})
+        return merged
+    document = metadata.to_json()
+    document.pop("consolidated_metadata", None)
+    return document
+
+
+def _document_name(metadata: NodeMetadata) -> str:
+    return ZARR_JSON if metadata.zarr_format == 3 else ("/".join(metadata.documents()))
+
+
+def _difference(member: dict[str, Any], copy: dict[str, Any]) -> str:
+    fields = sorted(name for name in set(member) | set(copy) if member.get(name) != copy.get(name))
+    return "; ".join(
+        f"{name}: {_shown(member.get(name))} in its {{document}}, {_shown(copy.get(name))} in the consolidated metadata"
+        for name in fields[:3]
+    ) + (f"; and {len(fields) - 3} more fields" if len(fields) > 3 else "")
+
+
+def _shown(value: Any) -> str:
+    text = "absent" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_copies(group_metadata: Any, v2_document: bytes | None, group: str) -> dict[str, NodeMetadata | Exception]:
+    """The consolidated copies of the group at ``group`` by relative path, parsed (an exception
+    for a copy that does not parse): v3 from its metadata, v2 from its ``.zmetadata`` bytes."""
+    from zarrx.nodes.hierarchy import FORMATS  # the formats' own parsers of consolidated entries
+
+    if v2_document is not None:
+        from zarrx.metadata.v2 import ConsolidatedMetadataV2
+
+        entries = ConsolidatedMetadataV2.from_json(v2_document, join_key(group, ZMETADATA)).metadata
+        node_format = FORMATS[2]
+    else:
+        consolidated = getattr(group_metadata, "consolidated_metadata", None)
+        entries = consolidated.metadata if consolidated is not None else {}
+        node_format = FORMATS[3]
+    copies: dict[str, NodeMetadata | Exception] = {}
+    for relative, entry in entries.items():
+        try:
+            copies[relative] = node_format.parse_consolidated(entry, join_key(group, relative))
+        except MetadataError as error:
+            copies[relative] = error
+    return copies
