@@ -34,7 +34,7 @@ rewrite a consolidated document from the version before the other's change, leav
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from zarrx.errors import MetadataError, StoreError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
@@ -44,7 +44,7 @@ from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
-__all__ = ["write_metadata", "update_copies", "copy_keys", "disagreements", "parse_copies", "Change"]
+__all__ = ["write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change"]
 
 #: a change to one node: its path, its new metadata (None: it and everything below it were
 #: deleted) and its Zarr format (2 or 3; which consolidated documents may copy it)
@@ -205,6 +205,45 @@ def _remove(entries: dict[str, Any], relative: str, v2: bool, documents_only: bo
 
 
 # -- checking -----------------------------------------------------------------------------------
+def find_stale(
+    store: Store,
+    groups: Mapping[str, Any],
+    nodes: Mapping[str, NodeMetadata],
+    skipped: Callable[[str], bool] = lambda path: False,
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The consolidated copies of a walked hierarchy that disagree with their members.
+
+    ``groups`` and ``nodes`` (arrays and groups) are metadata by path, as the nodes' own documents
+    say; members under a path ``skipped`` says (their documents could not be read) are not judged.
+    Returns ``(stale, invalid)``: ``(consolidated document key, member path, what differs)`` for
+    each disagreement (:func:`disagreements`), and ``(key, group path, error)`` for each
+    consolidated document that does not parse. Reads the v2 groups' ``.zmetadata`` in one batch.
+    """
+    v2_keys = [join_key(path, ZMETADATA) for path, metadata in groups.items() if metadata.zarr_format == 2]
+    zmetadata = store.get_many(v2_keys) if v2_keys else {}
+    stale, invalid = [], []
+    for group, metadata in sorted(groups.items()):
+        key = join_key(group, ZMETADATA if metadata.zarr_format == 2 else ZARR_JSON)
+        raw = zmetadata.get(key)
+        if raw is None and getattr(metadata, "consolidated_metadata", None) is None:
+            continue  # not consolidated (or the draft layout, which has no consolidated metadata)
+        try:
+            copies = parse_copies(metadata, raw, group)
+        except MetadataError as error:
+            invalid.append((key, group, str(error)))
+            continue
+        below = join_key(group, "")
+        members = {
+            path[len(below) :]: node for path, node in nodes.items()
+            if path.startswith(below) and path != group and node.zarr_format == metadata.zarr_format
+        }  # fmt: skip
+        copies = {relative: copy for relative, copy in copies.items() if not skipped(join_key(group, relative))}
+        for relative, difference in disagreements(group, copies, members):
+            member = join_key(group, relative)
+            stale.append((key, member, f"{'/' + member!r}: {difference}"))
+    return stale, invalid
+
+
 def disagreements(
     group: str, copies: Mapping[str, NodeMetadata | Exception], members: Mapping[str, NodeMetadata]
 ) -> list[tuple[str, str]]:
@@ -221,15 +260,15 @@ def disagreements(
     >>> import zarrx
     >>> a = zarrx.create_array({}, shape=(2,), dtype="int8")
     >>> disagreements("", {"x": a.metadata}, {"x": a.metadata.evolve(shape=(4,)), "y": a.metadata})
-    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'missing from the consolidated metadata')]
+    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'stored, but missing from the consolidated metadata')]
     """
     found = []
     for path in sorted(set(copies) | set(members)):
         copy, member = copies.get(path), members.get(path)
         if member is None:
-            found.append((path, "in the consolidated metadata, but no such node is stored"))
+            found.append((path, "in the consolidated metadata, but not stored (deleted since?)"))
         elif copy is None:
-            found.append((path, "missing from the consolidated metadata"))
+            found.append((path, "stored, but missing from the consolidated metadata"))
         elif isinstance(copy, Exception):
             found.append((path, f"its consolidated copy is invalid: {copy}"))
         else:

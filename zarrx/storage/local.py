@@ -261,9 +261,19 @@ class LocalStore(Store):
             return ""
 
     def list_dir(self, prefix: str) -> list[str]:
+        """The names under ``prefix``; a link out of the root only when the store follows such links."""
         validate_prefix(prefix)
-        entries = self._scan(prefix, prefix.rstrip("/"))
-        return sorted(entry.name for entry in entries if not is_temporary_name(entry.name))
+        folder_key = prefix.rstrip("/")
+        return sorted(
+            entry.name for entry in self._scan(prefix, folder_key)
+            if not is_temporary_name(entry.name) and not self._leaves_root(entry, folder_key)
+        )  # fmt: skip
+
+    def _leaves_root(self, entry: os.DirEntry[Any], folder_key: str) -> bool:
+        """Whether ``entry`` is a link out of the root that this store does not follow."""
+        if self.follow_external_links or not entry.is_symlink():
+            return False
+        return self._folder.kind(f"{folder_key}/{entry.name}" if folder_key else entry.name) == "outside"
 
     # -- identity ----------------------------------------------------------------
     def __eq__(self, other: object) -> bool:

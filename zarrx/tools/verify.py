@@ -18,11 +18,20 @@ few chunks per thread -- and returns a :class:`VerifyReport`:
   inside an array's grid (stray files, chunks left outside an array's shape,
   folders that are not nodes);
 * ``temporary``: temporary files of :class:`~zarrx.storage.LocalStore` writes that
-  were interrupted (a killed process); never read as data, safe to delete.
+  were interrupted (a killed process); never read as data, safe to delete;
+* ``external_links``: symbolic links below the node that lead out of the store's root
+  folder (:meth:`Store.external_links <zarrx.storage.Store.external_links>`). The store refuses
+  to read through them -- the data behind them is not checked -- unless it was opened with
+  ``follow_external_links=True``;
+* ``stale_consolidated``: consolidated metadata (a v3 group's inline
+  ``consolidated_metadata``, a v2 ``.zmetadata``) whose copy of a member disagrees with the
+  member's own documents, copies members that no longer exist, or lacks members: readers of
+  the copy would see another hierarchy. ``zarrx consolidate URL`` rewrites it.
 
-``report.ok`` is true when no chunk is corrupt and every metadata document parses;
-missing chunks, unknown keys and temporary files do not change it. ``str(report)``
-is a readable summary (what ``zarrx verify URL`` prints).
+``report.ok`` is true when no chunk is corrupt, every metadata document parses, every
+consolidated copy agrees with its member and no link leaves the store root (unless the
+store follows such links); missing chunks, unknown keys and temporary files do not change
+it. ``str(report)`` is a readable summary (what ``zarrx verify URL`` prints).
 
 The metadata read is the store's own documents, never consolidated metadata, so a
 stale consolidated document does not hide a node.
@@ -42,6 +51,7 @@ from zarrx.io.decode import decode_stored
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, split_batches
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, NodeMetadata
+from zarrx.nodes.consolidated import find_stale
 from zarrx.nodes.hierarchy import format_of, node_keys, read_node
 from zarrx.nodes.node import Node
 from zarrx.sizes import human_bytes
@@ -111,6 +121,10 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     temporary: list[str] = field(default_factory=list)
+    external_links: list[Problem] = field(default_factory=list)
+    #: whether the store reads through the external links (then they are information)
+    external_links_followed: bool = False
+    stale_consolidated: list[Problem] = field(default_factory=list)
     #: stored chunks (shards) read and decoded
     chunks_checked: int = 0
     #: their stored bytes
@@ -119,8 +133,10 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """True when every stored chunk decodes and every metadata document parses."""
-        return not self.corrupt and not self.bad_metadata
+        """True when every stored chunk decodes, every metadata document parses, consolidated
+        metadata agrees with the members and no link leaves the store root (unless followed)."""
+        refused_links = self.external_links and not self.external_links_followed
+        return not (self.corrupt or self.bad_metadata or self.stale_consolidated or refused_links)
 
     @property
     def missing_count(self) -> int:
@@ -143,11 +159,21 @@ class VerifyReport:
             lines.append("OK: every stored chunk decodes and every metadata document parses")
         else:
             lines.append(
-                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
+                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s), "
+                f"{len(self.stale_consolidated)} stale consolidated entr(ies), "
+                f"{0 if self.external_links_followed else len(self.external_links)} link(s) out of the store root"
             )
+        links = (
+            "links out of the store root (followed: the store was opened with follow_external_links)"
+            if self.external_links_followed
+            else "links out of the store root (reads through them are refused; the data behind them is not checked)"
+        )
         sections = [
             ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
             ("corrupt chunks", self.corrupt, len(self.corrupt)),
+            (links, self.external_links, len(self.external_links)),
+            ("consolidated metadata that disagrees with the members' own documents (run `zarrx consolidate`)",
+             self.stale_consolidated, len(self.stale_consolidated)),
             ("missing chunks (they read as the fill value; not an error)", self.missing, self.missing_count),
             ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
             ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
@@ -302,6 +328,14 @@ def _temporary_files(store: Store, root_path: str) -> list[str]:
     return sorted(found)
 
 
+def _check_consolidated(store: Store, walk: _Walk, report: VerifyReport) -> None:
+    """Compare the consolidated metadata of every group with its members' own documents."""
+    skipped = lambda path: any(join_key(path, "").startswith(prefix) for prefix in walk.skipped_prefixes)  # noqa: E731
+    stale, invalid = find_stale(store, walk.groups, {**walk.arrays, **walk.groups}, skipped)
+    report.stale_consolidated += [Problem(key, "/" + path, text) for key, path, text in stale]
+    report.bad_metadata += [Problem(key, "/" + path, text) for key, path, text in invalid]
+
+
 # -- decoding -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Job:
@@ -425,6 +459,12 @@ def verify(
                 _missing_keys(metadata, array_path, {coords for _, coords in chunks}, min(missing, MAX_LISTED_MISSING))
             )
     report.temporary = _temporary_files(zstore, path)
+    report.external_links_followed = zstore.follow_external_links
+    report.external_links = [
+        Problem(key, "/" + path, f"a symbolic link to {target!r}, outside the store root")
+        for key, target in zstore.external_links(join_key(path, ""))
+    ]
+    _check_consolidated(zstore, walk, report)
 
     show = progress_callback(progress, "verify")
     total, done = len(jobs), 0
