@@ -17,6 +17,7 @@ __all__ = [
     "ContainsGroupError",
     "MetadataError",
     "UnknownCodecError",
+    "ConflictingDimensionsError",
     "UnsupportedExtensionError",
     "ChunkDecodeError",
     "ChunkEncodeError",
@@ -25,6 +26,7 @@ __all__ = [
     "SelectionError",
     "BoundsCheckError",
     "ChunkAlignmentError",
+    "GraphTooLargeError",
     "StoreError",
     "OutsideStoreError",
     "UsageError",
@@ -63,6 +65,10 @@ class UnknownCodecError(UnsupportedExtensionError):
     """A codec name that is not in the codec registry."""
 
 
+class ConflictingDimensionsError(MetadataError):
+    """Arrays of one group give one dimension name different lengths (xarray needs one length)."""
+
+
 class ChunkDecodeError(ZarrxError, ValueError):
     """A stored chunk is corrupt, truncated, fails its checksum or decodes to the wrong size.
 
@@ -92,6 +98,11 @@ class BoundsCheckError(SelectionError):
 
 class ChunkAlignmentError(ZarrxError, ValueError):
     """A parallel write would make two tasks write the same chunk (or shard)."""
+
+
+class GraphTooLargeError(ZarrxError, MemoryError):
+    """A dask graph that cannot be built: its block sizes alone would not fit in memory (too many
+    chunks). Larger blocks (``chunks=``) make it fit."""
 
 
 class StoreError(ZarrxError, OSError):
