@@ -20,7 +20,7 @@ import pytest
 import zarrx
 from zarrx.errors import OutsideStoreError, StoreError, UsageError
 from zarrx.storage import LocalStore, make_store
-from zarrx.storage import containment
+from zarrx.storage import containment, folder_calls
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="needs POSIX symbolic links")
 
@@ -243,7 +243,7 @@ def test_a_folder_swapped_for_a_link_after_it_was_opened_keeps_the_write_inside(
     link.unlink()
     link.mkdir()
     before = snapshot(escape / "outside")
-    opened_file = containment._DescriptorCalls.open_file
+    opened_file = folder_calls.DescriptorCalls.open_file
 
     def swap_then_open(self, folder, name, flags):
         if name.startswith(".0.") and link.is_dir() and not link.is_symlink():
@@ -251,7 +251,7 @@ def test_a_folder_swapped_for_a_link_after_it_was_opened_keeps_the_write_inside(
             os.symlink("../../outside/cdir", link)
         return opened_file(self, folder, name, flags)
 
-    monkeypatch.setattr(containment._DescriptorCalls, "open_file", swap_then_open)
+    monkeypatch.setattr(folder_calls.DescriptorCalls, "open_file", swap_then_open)
     zarrx.open_array(escape / "store", "a", mode="r+")[:2] = 9
     assert (escape / "store" / "a" / "moved" / "0").read_bytes() == bytes([9, 9])
     assert snapshot(escape / "outside") == before

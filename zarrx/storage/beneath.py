@@ -81,9 +81,11 @@ def open_beneath(folder: int, path: str, flags: int) -> int | None:
 
     Examples
     --------
-    >>> folder = os.open("/tmp", os.O_RDONLY | os.O_DIRECTORY)  # doctest: +SKIP
-    >>> open_beneath(folder, "../etc/passwd", os.O_RDONLY) is None  # doctest: +SKIP
+    >>> import tempfile
+    >>> folder = os.open(tempfile.gettempdir(), os.O_RDONLY)
+    >>> open_beneath(folder, "../etc/passwd", os.O_RDONLY) is None  # a way out: the walk decides
     True
+    >>> os.close(folder)
     """
     if _SYSCALL is None:
         return None

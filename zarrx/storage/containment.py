@@ -24,8 +24,14 @@ deletion out of the root: there is no separate check, every step is the use. (A 
 holds open can still be *moved* elsewhere by someone who can write to both places; nothing short
 of a lock prevents that.)
 
-Where the operating system has no ``dir_fd`` calls (Windows), the same walk runs on path
-strings, checking each component with ``lstat`` before using it: contained, but not race-free.
+The walk costs a system call per component. Where Linux offers ``openat2`` (5.6+), a read, the
+folder of a write and a listed folder are first opened in one call with ``RESOLVE_BENEATH``
+(:mod:`zarrx.storage.beneath`), which refuses atomically any step out of the root; the walk runs
+only where that call cannot decide (an absolute link, a way out to name or to follow) and for
+deletions, whose clean-up of emptied folders needs each folder of the key. :data:`RESOLUTIONS`
+lists the ways this system has, fastest first. Where the operating system has no ``dir_fd`` calls
+(Windows), the walk runs on path strings, checking each component with ``lstat`` before using
+it: contained, but not race-free (:mod:`zarrx.storage.folder_calls`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import uuid
 from collections import deque
@@ -41,22 +46,20 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from zarrx.errors import OutsideStoreError, UsageError
 from zarrx.storage import beneath
+from zarrx.storage.folder_calls import (
+    FOLDER_FLAGS,
+    NOFOLLOW,
+    RACE_FREE,
+    READ_FLAGS,
+    ROOT_FLAGS,
+    TEMPORARY_FLAGS,
+    DescriptorCalls,
+    PathCalls,
+    regular,
+)
 
 __all__ = ["RootFolder", "RACE_FREE", "MAX_LINKS", "RESOLUTIONS"]
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO without a writer must not block its open
-_BINARY = getattr(os, "O_BINARY", 0)
-
-#: whether this system resolves keys through folder descriptors (else through checked paths)
-RACE_FREE = (
-    bool(_NOFOLLOW and _DIRECTORY)
-    and all(call in os.supports_dir_fd for call in (os.open, os.mkdir, os.rmdir, os.unlink, os.readlink, os.stat))
-    and os.scandir in os.supports_fd
-    and shutil.rmtree.avoids_symlink_attacks
-)
 #: how keys can be resolved here, fastest first: by the kernel in one call (``openat2``, Linux),
 #: by a walk of folder descriptors, or by a walk of checked paths (not race-free)
 RESOLUTIONS = {"kernel": RACE_FREE and beneath.AVAILABLE, "walk": RACE_FREE, "paths": True}
@@ -67,12 +70,6 @@ MAX_LINKS = 40
 _LINK_ERRNOS = {errno.ELOOP, errno.EMLINK}
 _FOLDER_LINK_ERRNOS = _LINK_ERRNOS | {errno.ENOTDIR}
 
-_ROOT_FLAGS = os.O_RDONLY | _DIRECTORY | _CLOEXEC
-_FOLDER_FLAGS = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC | _NONBLOCK
-_READ_FLAGS = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK | _BINARY
-_TEMPORARY_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY
-_SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-
 
 class _Outside(Exception):
     """The walk left the root; ``path`` is where it went, as a path the kernel can resolve."""
@@ -80,100 +77,6 @@ class _Outside(Exception):
     def __init__(self, path: str, link: str, target: str) -> None:
         super().__init__(path)
         self.path, self.link, self.target = path, link, target
-
-
-# -- the two ways of naming a folder: a descriptor, or (without dir_fd calls) a checked path -----
-class _DescriptorCalls:
-    """Folders are open descriptors; every call is relative to one (``*at`` system calls)."""
-
-    def open_root(self, root: str) -> Any:
-        return os.open(root, _ROOT_FLAGS)
-
-    def open_folder(self, folder: Any, name: str) -> Any:
-        return os.open(name, _FOLDER_FLAGS, dir_fd=folder)
-
-    def open_file(self, folder: Any, name: str, flags: int) -> int:
-        return os.open(name, flags, 0o666, dir_fd=folder)
-
-    def readlink(self, folder: Any, name: str) -> str:
-        return os.readlink(name, dir_fd=folder)
-
-    def lstat(self, folder: Any, name: str) -> os.stat_result:
-        return os.stat(name, dir_fd=folder, follow_symlinks=False)
-
-    def mkdir(self, folder: Any, name: str) -> None:
-        os.mkdir(name, dir_fd=folder)
-
-    def rmdir(self, folder: Any, name: str) -> None:
-        os.rmdir(name, dir_fd=folder)
-
-    def unlink(self, folder: Any, name: str) -> None:
-        os.unlink(name, dir_fd=folder)
-
-    def rmtree(self, folder: Any, name: str) -> None:
-        shutil.rmtree(name, dir_fd=folder)
-
-    def replace(self, folder: Any, source: str, target: str) -> None:
-        os.replace(source, target, src_dir_fd=folder, dst_dir_fd=folder)
-
-    def scandir(self, folder: Any) -> list[os.DirEntry[Any]]:
-        with os.scandir(folder) as scan:
-            return list(scan)
-
-    def close(self, folder: Any) -> None:
-        os.close(folder)
-
-
-class _PathCalls(_DescriptorCalls):
-    """Folders are path strings, each component checked with ``lstat`` first (not race-free)."""
-
-    def open_root(self, root: str) -> Any:
-        if not os.path.isdir(root):
-            raise FileNotFoundError(errno.ENOENT, "no such folder", root)
-        return root
-
-    def open_folder(self, folder: Any, name: str) -> Any:
-        path = os.path.join(folder, name)
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode):
-            raise OSError(errno.ELOOP, "a symbolic link", path)
-        if not stat.S_ISDIR(mode):
-            raise NotADirectoryError(errno.ENOTDIR, "not a folder", path)
-        return path
-
-    def open_file(self, folder: Any, name: str, flags: int) -> int:
-        path = os.path.join(folder, name)
-        if os.path.islink(path):
-            raise OSError(errno.ELOOP, "a symbolic link", path)
-        return os.open(path, flags & ~(_NOFOLLOW | _NONBLOCK) if os.name == "nt" else flags, 0o666)
-
-    def readlink(self, folder: Any, name: str) -> str:
-        return os.readlink(os.path.join(folder, name))
-
-    def lstat(self, folder: Any, name: str) -> os.stat_result:
-        return os.lstat(os.path.join(folder, name))
-
-    def mkdir(self, folder: Any, name: str) -> None:
-        os.mkdir(os.path.join(folder, name))
-
-    def rmdir(self, folder: Any, name: str) -> None:
-        os.rmdir(os.path.join(folder, name))
-
-    def unlink(self, folder: Any, name: str) -> None:
-        os.unlink(os.path.join(folder, name))
-
-    def rmtree(self, folder: Any, name: str) -> None:
-        shutil.rmtree(os.path.join(folder, name))
-
-    def replace(self, folder: Any, source: str, target: str) -> None:
-        os.replace(os.path.join(folder, source), os.path.join(folder, target))
-
-    def scandir(self, folder: Any) -> list[os.DirEntry[Any]]:
-        with os.scandir(folder) as scan:
-            return list(scan)
-
-    def close(self, folder: Any) -> None:
-        pass
 
 
 # -- the walk ----------------------------------------------------------------------------------------
@@ -298,8 +201,10 @@ class RootFolder:
 
     Examples
     --------
-    >>> folder = RootFolder(str(tmp_path))  # doctest: +SKIP
-    >>> folder.write("a/b", b"value"); folder.read("a/b", lambda file: file.read())  # doctest: +SKIP
+    >>> import tempfile
+    >>> folder = RootFolder(tempfile.mkdtemp())
+    >>> folder.write("a/b", b"value")
+    >>> folder.read("a/b", lambda file: file.read())
     b'value'
     """
 
@@ -309,14 +214,14 @@ class RootFolder:
         self.resolution = resolution or next(name for name, available in RESOLUTIONS.items() if available)
         if not RESOLUTIONS.get(self.resolution):
             raise UsageError(f"resolution: expected one of {[n for n, a in RESOLUTIONS.items() if a]}, found {resolution!r}")
-        self.calls = _PathCalls() if self.resolution == "paths" else _DescriptorCalls()
+        self.calls = PathCalls() if self.resolution == "paths" else DescriptorCalls()
 
     def _open_beneath(self, relative: str, flags: int) -> int | None:
         """``relative`` opened by the kernel below the root (:mod:`zarrx.storage.beneath`), or None
         when the walk must decide; FileNotFoundError when the root is missing."""
         if self.resolution != "kernel":
             return None
-        root = os.open(self.path, _ROOT_FLAGS)
+        root = os.open(self.path, ROOT_FLAGS)
         if not relative:
             return root
         try:
@@ -362,22 +267,22 @@ class RootFolder:
         OSError for anything that is not a regular file.
         """
         *folders, name = key.split("/")
-        descriptor = self._open_beneath(key, _READ_FLAGS & ~_NOFOLLOW)
+        descriptor = self._open_beneath(key, READ_FLAGS & ~NOFOLLOW)
         try:
             if descriptor is None:
                 with self._walk(key, folders, [name]) as walk:
-                    descriptor = walk.open_file(name, _READ_FLAGS)
+                    descriptor = walk.open_file(name, READ_FLAGS)
         except _Outside as outside:
             if not self.follow_external_links:
                 raise self._refuse(key, outside, "read") from None
-            descriptor = os.open(outside.path, _READ_FLAGS & ~_NOFOLLOW)
-        with open(_regular(descriptor, key), "rb", buffering=0) as file:
+            descriptor = os.open(outside.path, READ_FLAGS & ~NOFOLLOW)
+        with open(regular(descriptor, key), "rb", buffering=0) as file:
             return use(file)
 
     def scan(self, key: str) -> list[os.DirEntry[Any]]:
         """The entries of the folder ``key`` ('' for the root)."""
         folders = key.split("/") if key else []
-        descriptor = self._open_beneath(key, _FOLDER_FLAGS & ~_NOFOLLOW)
+        descriptor = self._open_beneath(key, FOLDER_FLAGS & ~NOFOLLOW)
         if descriptor is not None:
             try:
                 return self.calls.scandir(descriptor)
@@ -447,7 +352,7 @@ class RootFolder:
         *folders, name = key.split("/")
         temporary = f".{name}.{uuid.uuid4().hex}.tmp"
         with contextlib.suppress(FileNotFoundError):  # the folder is missing: the walk makes it
-            folder = self._open_beneath("/".join(folders), _FOLDER_FLAGS & ~_NOFOLLOW)
+            folder = self._open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
             if folder is not None:
                 try:
                     return self._write_in(self.calls, folder, name, temporary, value)
@@ -465,8 +370,8 @@ class RootFolder:
             except _Outside as outside:
                 raise self._refuse(key, outside, "write") from None
 
-    def _write_in(self, calls: _DescriptorCalls, folder: Any, name: str, temporary: str, value: Any) -> None:
-        descriptor = calls.open_file(folder, temporary, _TEMPORARY_FLAGS)
+    def _write_in(self, calls: DescriptorCalls, folder: Any, name: str, temporary: str, value: Any) -> None:
+        descriptor = calls.open_file(folder, temporary, TEMPORARY_FLAGS)
         try:
             with open(descriptor, "wb") as file:
                 file.write(value)
@@ -530,18 +435,3 @@ class RootFolder:
                 walk.calls.rmdir(folder, name)
             except OSError:  # not empty, a link, or already gone: stop
                 return
-
-
-def _regular(descriptor: int, key: str) -> int:
-    """``descriptor`` when it is a regular file; a folder is IsADirectoryError, anything else OSError."""
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "a folder", key)
-        if not stat.S_ISREG(mode):
-            kind = _SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
-            raise OSError(errno.EINVAL, f"not a regular file but {kind}", key)
-    except BaseException:
-        os.close(descriptor)
-        raise
-    return descriptor
