@@ -277,13 +277,19 @@ def sharded(chunk_shape: list[int], index: list | None = None) -> list:
 
 HUGE_METADATA = {
     "chunk-2**40x2**40": (v3_array([{"name": "bytes"}], shape=(2**40, 2**40), chunks=(2**40, 2**40)), "chunk_grid"),
-    "chunk-2**80-elements-of-int8": (v3_array([{"name": "bytes"}], dtype="int8", shape=(2**80,), chunks=(2**80,)), "chunk_grid"),
+    "chunk-2**62-elements-of-int8": (v3_array([{"name": "bytes"}], dtype="int8", shape=(2**62,), chunks=(2**62,)), "chunk_grid"),
     "chunk-of-strings": (v3_array([{"name": "vlen-utf8"}], dtype="string", shape=(2**40,), chunks=(2**40,)), "chunk_grid"),
     "shard-index-2**40-entries": (v3_array(sharded([1]), shape=(2**40,), chunks=(2**40,)), "shard index"),
     "shard-index-2**20x2**20-entries": (v3_array(sharded([1, 1]), shape=(2**20, 2**20), chunks=(2**20, 2**20)), "shard index"),
     "inner-chunk-2**40": (v3_array(sharded([2**40]), shape=(2**41,), chunks=(2**41,)), "inner chunk"),
     "transposed-shard": (v3_array([{"name": "transpose", "configuration": {"order": [0]}}, *sharded([1])], shape=(2**36,), chunks=(2**36,)), "chunk"),
 }  # fmt: skip
+
+
+def test_lengths_past_int64_are_refused_before_allocating():
+    """A chunk of 2**80 elements is refused sooner still: no int64 index reaches past 2**63 - 1."""
+    document = v3_array([{"name": "bytes"}], dtype="int8", shape=(2**80,), chunks=(2**80,))
+    refused_before_allocating(lambda: zarrx.open_array(MemoryStore({"zarr.json": document})), MetadataError, "shape", "int64")
 
 
 @pytest.mark.parametrize("case", HUGE_METADATA)
