@@ -139,6 +139,28 @@ def test_zarrx_keeps_a_hierarchy_zarr_python_consolidated_true(tmp_path, zarr_fo
     assert_true(path)
 
 
+def test_threads_appending_to_different_arrays_lose_no_update(store):
+    """Each append rewrites the root's consolidated document: within a process those
+    read-modify-writes are serialized, so none is lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = zarrx.create_group(store)
+    for i in range(8):
+        root.create_array(f"v{i}", shape=(0, 4), chunks=(1, 4), dtype="int16")
+    zarrx.consolidate_metadata(store)
+
+    def append_rows(i: int) -> None:
+        array = zarrx.open_array(store, f"v{i}", mode="r+")
+        for _ in range(i + 3):
+            array.append(np.full((1, 4), i, dtype="int16"))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(append_rows, range(8)))
+    reader = reopened(store)
+    assert [reader[f"v{i}"].shape for i in range(8)] == [(i + 3, 4) for i in range(8)]
+    assert_true(store)
+
+
 # -- the xarray writer ------------------------------------------------------------------------------
 def dataset(start: int, stop: int) -> xr.Dataset:
     return xr.Dataset({"t": (("time",), np.arange(start, stop, dtype="float64"))}, coords={"time": np.arange(start, stop)})

@@ -26,14 +26,17 @@ deleting nodes):
    member writes may have updated since.
 
 Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
-Zarr has no locks: two processes changing metadata of one hierarchy at the same moment can each
-rewrite a consolidated document from the version before the other's change, leaving it stale.
+Within a process the metadata writes of one store are serialized (:func:`metadata_lock`), so
+threads appending to different arrays lose no update. Zarr has no locks across processes: two
+processes changing metadata of one hierarchy at the same moment can each rewrite a consolidated
+document from the version before the other's change, leaving it stale.
 :func:`disagreements` finds such copies (``zarrx verify`` reports them) and
 :func:`zarrx.consolidate_metadata` rewrites them.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from zarrx.errors import MetadataError, StoreError
@@ -44,7 +47,10 @@ from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
-__all__ = ["write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change"]
+__all__ = [
+    "write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
+    "metadata_lock",
+]  # fmt: skip
 
 #: a change to one node: its path, its new metadata (None: it and everything below it were
 #: deleted) and its Zarr format (2 or 3; which consolidated documents may copy it)
@@ -52,6 +58,19 @@ Change = tuple[str, "NodeMetadata | None", int]
 
 #: the document that may hold consolidated copies, by Zarr format
 _DOCUMENT = {3: ZARR_JSON, 2: ZMETADATA}
+#: locks serializing the metadata writes of one store within this process, picked by the store's
+#: location (a fixed pool: two stores sharing a lock only wait for each other)
+_LOCKS = tuple(threading.RLock() for _ in range(64))
+
+
+def metadata_lock(store: Store) -> threading.RLock:
+    """The lock that serializes, within this process, the metadata writes of ``store``'s hierarchy
+    (a read-modify-write of a consolidated document must not interleave with another)."""
+    try:
+        position = hash(store.location)
+    except TypeError:  # an unhashable location: the store object itself
+        position = id(store)
+    return _LOCKS[position % len(_LOCKS)]
 
 
 def _ancestors(path: str) -> list[str]:
@@ -102,11 +121,12 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     keys = copy_keys(path, zarr_format, metadata.node_type == "group")
     own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
     keep_own = zarr_format == 3 and metadata.node_type == "group"
-    documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
-    if keep_own:
-        metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
-    write_node(store, path, metadata)
-    update_copies(store, [(path, metadata, zarr_format)], documents)
+    with metadata_lock(store):
+        documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
+        if keep_own:
+            metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+        write_node(store, path, metadata)
+        update_copies(store, [(path, metadata, zarr_format)], documents, current=True)
     return metadata
 
 
@@ -116,18 +136,36 @@ def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | 
     return ConsolidatedMetadata.from_json(decode_json(raw, key).get("consolidated_metadata"))
 
 
-def update_copies(store: Store, changes: Iterable[Change], documents: Mapping[str, bytes | None] | None = None) -> None:
+def update_copies(
+    store: Store,
+    changes: Iterable[Change],
+    documents: Mapping[str, bytes | None] | None = None,
+    *,
+    current: bool = False,
+) -> None:
     """Bring every consolidated copy of the changed nodes up to date (their own documents are
-    written already). ``documents`` are consolidated documents read before (by key); the others
-    that may hold copies are read in one batch."""
+    written already).
+
+    ``documents`` are the documents that may hold copies, read before (by key): those that do hold
+    copies are read again under :func:`metadata_lock` unless ``current`` says they were read under
+    it, and the keys missing from them are read in the same batch. A hierarchy without
+    consolidated metadata so needs no read at all when ``documents`` has every key.
+    """
     changes = list(changes)
     keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
         path, zarr_format, metadata is not None and metadata.node_type == "group"
     )))  # fmt: skip
-    found = dict(documents or {})
-    missing = [key for key in keys if key not in found]
-    if missing:
-        found.update(store.get_many(missing))
+    with metadata_lock(store):
+        found = dict(documents or {})
+        stale = [] if current else [key for key in keys if found.get(key) and _editable(found[key], key) is not None]
+        missing = [key for key in keys if key not in found or key in stale]
+        if missing:
+            found.update(store.get_many(missing))
+        _write_copies(store, changes, keys, found)
+
+
+def _write_copies(store: Store, changes: list[Change], keys: list[str], found: Mapping[str, bytes | None]) -> None:
+    """Apply ``changes`` to the consolidated documents ``found`` under ``keys`` and write those changed."""
     updated = {}
     for key in keys:
         raw = found.get(key)
