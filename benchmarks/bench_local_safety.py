@@ -19,8 +19,9 @@ Run it on another checkout of zarrx with ``PYTHONPATH=/path/to/checkout`` to com
 
 Usage::
 
-    python benchmarks/bench_local_safety.py            # full size, 7 runs each
-    python benchmarks/bench_local_safety.py --smoke    # tiny: CI
+    python benchmarks/bench_local_safety.py                        # full size, 7 runs each
+    python benchmarks/bench_local_safety.py --data-dir /dev/shm    # on a tmpfs: no disk noise
+    python benchmarks/bench_local_safety.py --smoke                # tiny: CI
 """
 
 from __future__ import annotations
@@ -126,10 +127,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run (CI)")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--data-dir", default=None, help="where the stores go (a tmpfs such as /dev/shm takes the disk out)")
     args = parser.parse_args()
     repeat = 1 if args.smoke else args.repeat
     shape, chunks = ((64, 64), (16, 16)) if args.smoke else ((1024, 1024), (32, 32))
-    folder = Path(tempfile.mkdtemp(prefix="zarrx-bench-safety-"))
+    folder = Path(tempfile.mkdtemp(prefix="zarrx-bench-safety-", dir=args.data_dir))
     try:
         rows = chunk_cases(folder, shape, chunks, repeat)
         metadata, requests = metadata_cases(folder, 5 if args.smoke else 100, 3 if args.smoke else 50, repeat)

@@ -20,7 +20,8 @@ import zarr
 import zarrx
 import zarrx.xarray  # noqa: F401 (ds.zarrx, engine="zarrx")
 from zarrx.errors import StoreError
-from zarrx.storage import LocalStore, MemoryStore, MetricsStore
+from zarrx.nodes.consolidated import batched_updates
+from zarrx.storage import LocalStore, MemoryStore, MetricsStore, WrapperStore
 from zarrx.testing import FaultyStore
 
 FORMATS = [3, 2]
@@ -158,6 +159,57 @@ def test_threads_appending_to_different_arrays_lose_no_update(store):
         list(pool.map(append_rows, range(8)))
     reader = reopened(store)
     assert [reader[f"v{i}"].shape for i in range(8)] == [(i + 3, 4) for i in range(8)]
+    assert_true(store)
+
+
+class DocumentWrites(WrapperStore):
+    """Counts the writes of each consolidated document (``zarr.json``, ``.zmetadata``) by key."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.writes: dict[str, int] = {}
+
+    def _count(self, keys) -> None:
+        for key in keys:
+            if key.endswith(("zarr.json", ".zmetadata")):
+                self.writes[key] = self.writes.get(key, 0) + 1
+
+    def set(self, key, value):
+        self._count([key])
+        super().set(key, value)
+
+    def set_many(self, items):
+        self._count(items)
+        super().set_many(items)
+
+
+@pytest.mark.parametrize("zarr_format", FORMATS)
+def test_a_batch_rewrites_each_consolidated_document_once(store, zarr_format):
+    """Appending to each of 30 arrays would rewrite the root's consolidated document 30 times;
+    inside batched_updates it is rewritten once, at the end."""
+    root = zarrx.create_group(store, zarr_format=zarr_format)
+    for i in range(30):
+        root.create_array(f"v{i}", shape=(1,), dtype="int8")
+    zarrx.consolidate_metadata(store)
+    counted = DocumentWrites(store)
+    document = "zarr.json" if zarr_format == 3 else ".zmetadata"
+    with batched_updates(counted):
+        for i in range(30):
+            zarrx.open_array(counted, f"v{i}", mode="r+").append(np.array([i], dtype="int8"))
+        assert counted.writes.get(document, 0) == 0  # stale inside the block
+    assert counted.writes[document] == 1
+    assert [reopened(store)[f"v{i}"].shape for i in range(30)] == [(2,)] * 30
+    assert_true(store)
+
+
+def test_the_xarray_writer_rewrites_the_consolidated_document_a_few_times_not_once_per_variable(store):
+    variables = {f"v{i}": (("time",), np.zeros(2)) for i in range(40)}
+    xr.Dataset(variables, coords={"time": [0, 1]}).zarrx.to_zarr(store)
+    counted = DocumentWrites(store)
+    xr.Dataset(variables, coords={"time": [2, 3]}).zarrx.to_zarr(counted, append_dim="time")
+    # the group's own attributes, the batch's update, the writer's own consolidation: not 40 more
+    assert counted.writes["zarr.json"] <= 3
+    assert reopened(store)["v39"].shape == (4,)
     assert_true(store)
 
 

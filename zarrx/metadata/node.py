@@ -103,7 +103,23 @@ def decode_json(raw: bytes, key: str) -> dict[str, Any]:
     return document
 
 
+#: documents longer than this are written without indentation: json's pretty printer is pure
+#: Python, several times slower than its compact C encoder (a consolidated document of 10,000
+#: members, 9 MiB, takes 0.7 s pretty and 0.12 s compact), and nobody reads such a document by eye
+COMPACT_ABOVE = 2**16
+
+
 def encode_json(document: Mapping[str, Any]) -> bytes:
+    """A metadata document as UTF-8 JSON: indented, or compact past :data:`COMPACT_ABOVE` characters.
+
+    Examples
+    --------
+    >>> encode_json({"zarr_format": 3, "node_type": "group"})
+    b'{\\n  "zarr_format": 3,\\n  "node_type": "group"\\n}'
+    """
+    compact = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    if len(compact) > COMPACT_ABOVE:
+        return compact.encode()
     return json.dumps(document, indent=2, ensure_ascii=False).encode()
 
 

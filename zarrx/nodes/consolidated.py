@@ -27,7 +27,9 @@ deleting nodes):
 
 Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
 Within a process the metadata writes of one store are serialized (:func:`metadata_lock`), so
-threads appending to different arrays lose no update. Zarr has no locks across processes: two
+threads appending to different arrays lose no update. A writer of many nodes wraps its writes in
+:func:`batched_updates`, which rewrites each consolidated document once at the end instead of once
+per node (the xarray writer does). Zarr has no locks across processes: two
 processes changing metadata of one hierarchy at the same moment can each rewrite a consolidated
 document from the version before the other's change, leaving it stale.
 :func:`disagreements` finds such copies (``zarrx verify`` reports them) and
@@ -36,8 +38,9 @@ document from the version before the other's change, leaving it stale.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from zarrx.errors import MetadataError, StoreError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
@@ -49,7 +52,7 @@ from zarrx.storage.store import Store
 
 __all__ = [
     "write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
-    "metadata_lock",
+    "metadata_lock", "batched_updates",
 ]  # fmt: skip
 
 #: a change to one node: its path, its new metadata (None: it and everything below it were
@@ -63,14 +66,75 @@ _DOCUMENT = {3: ZARR_JSON, 2: ZMETADATA}
 _LOCKS = tuple(threading.RLock() for _ in range(64))
 
 
+def _store_key(store: Store) -> Any:
+    """What identifies ``store``'s data in this process: its location, or the object itself."""
+    try:
+        hash(store.location)
+    except TypeError:  # an unhashable location
+        return ("object", id(store))
+    return store.location
+
+
 def metadata_lock(store: Store) -> threading.RLock:
     """The lock that serializes, within this process, the metadata writes of ``store``'s hierarchy
     (a read-modify-write of a consolidated document must not interleave with another)."""
+    return _LOCKS[hash(_store_key(store)) % len(_LOCKS)]
+
+
+#: the changes recorded for each store inside :func:`batched_updates`, by _store_key
+_BATCHES: dict[Any, list[Change]] = {}
+_BATCHES_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def batched_updates(store: Store) -> Iterator[None]:
+    """Bring the consolidated copies up to date once, at the end, for all the metadata writes to
+    ``store`` inside the block (also when it fails half-way).
+
+    A writer of many nodes -- the xarray writer appending to every variable of a dataset -- would
+    otherwise rewrite each consolidated document once per node: quadratic in the members. Inside
+    the block the documents are stale; nested blocks update at the outermost end.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> arrays = [root.create_array(f"v{i}", shape=(1,), dtype="int8") for i in range(3)]
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> with batched_updates(root.store):
+    ...     for array in arrays:
+    ...         _ = array.append([1])
+    >>> [zarrx.open_group(root.store)[f"v{i}"].shape for i in range(3)]
+    [(2,), (2,), (2,)]
+    """
+    key = _store_key(store)
+    with _BATCHES_GUARD:
+        outermost = key not in _BATCHES
+        if outermost:
+            _BATCHES[key] = []
     try:
-        position = hash(store.location)
-    except TypeError:  # an unhashable location: the store object itself
-        position = id(store)
-    return _LOCKS[position % len(_LOCKS)]
+        yield
+    finally:
+        if outermost:
+            with _BATCHES_GUARD:
+                changes = _BATCHES.pop(key)
+            if changes:
+                update_copies(store, changes)
+
+
+def _batching(store: Store) -> bool:
+    """Whether metadata writes to ``store`` are inside a :func:`batched_updates` block."""
+    with _BATCHES_GUARD:
+        return _store_key(store) in _BATCHES
+
+
+def _recorded(store: Store, changes: list[Change]) -> bool:
+    """Whether ``changes`` were recorded for the end of a :func:`batched_updates` block."""
+    with _BATCHES_GUARD:
+        pending = _BATCHES.get(_store_key(store))
+        if pending is not None:
+            pending.extend(changes)
+    return pending is not None
 
 
 def _ancestors(path: str) -> list[str]:
@@ -118,7 +182,7 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     'm'
     """
     zarr_format = metadata.zarr_format
-    keys = copy_keys(path, zarr_format, metadata.node_type == "group")
+    keys = [] if _batching(store) else copy_keys(path, zarr_format, metadata.node_type == "group")
     own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
     keep_own = zarr_format == 3 and metadata.node_type == "group"
     with metadata_lock(store):
@@ -152,6 +216,8 @@ def update_copies(
     consolidated metadata so needs no read at all when ``documents`` has every key.
     """
     changes = list(changes)
+    if _recorded(store, changes):
+        return  # brought up to date at the end of the batch
     keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
         path, zarr_format, metadata is not None and metadata.node_type == "group"
     )))  # fmt: skip

@@ -216,6 +216,10 @@ class RootFolder:
             raise UsageError(f"resolution: expected one of {[n for n, a in RESOLUTIONS.items() if a]}, found {resolution!r}")
         self.calls = PathCalls() if self.resolution == "paths" else DescriptorCalls()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # unpickled elsewhere (a dask worker), it picks what that system offers
+        return (RootFolder, (self.path, self.follow_external_links))
+
     def _open_beneath(self, relative: str, flags: int) -> int | None:
         """``relative`` opened by the kernel below the root (:mod:`zarrx.storage.beneath`), or None
         when the walk must decide; FileNotFoundError when the root is missing."""

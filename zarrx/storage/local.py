@@ -12,7 +12,12 @@ Rules this store keeps:
   listed. (No ``fsync``: atomic for readers, not durable across a power cut.)
 * **Keys stay inside the root.** Every key and prefix goes through
   :func:`~zarrx.storage.paths.validate_key`; ``..`` or a leading ``/`` raise
-  :class:`~zarrx.errors.InvalidPathError`.
+  :class:`~zarrx.errors.InvalidPathError`. Every read, write and deletion is resolved
+  inside the root by :class:`~zarrx.storage.containment.RootFolder`: symbolic links that
+  stay inside are followed, none that leaves it is written or deleted through, and reads
+  through one raise :class:`~zarrx.errors.OutsideStoreError` unless the store was made
+  with ``follow_external_links=True``. Listings show only what the store can read;
+  :meth:`LocalStore.external_links` lists the links out of the root.
 * **No empty folders.** :meth:`LocalStore.delete` and
   :meth:`LocalStore.delete_prefix` remove the folders they leave empty, up to
   (not including) the root, so a deleted node does not linger as a prefix in
