@@ -85,9 +85,11 @@ class LocalStore(Store):
 
     Examples
     --------
-    >>> store = LocalStore(tmp_path / "data.zarr")  # doctest: +SKIP
-    >>> store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')  # doctest: +SKIP
-    >>> store.get("zarr.json", SuffixByteRequest(2))  # doctest: +SKIP
+    >>> import tempfile
+    >>> from zarrx.storage import SuffixByteRequest
+    >>> store = LocalStore(tempfile.mkdtemp() + "/data.zarr")
+    >>> store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    >>> store.get("zarr.json", SuffixByteRequest(2))
     b'"}'
     """
 
