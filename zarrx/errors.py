@@ -17,6 +17,7 @@ __all__ = [
     "ContainsGroupError",
     "MetadataError",
     "UnknownCodecError",
+    "ConflictingDimensionsError",
     "UnsupportedExtensionError",
     "ChunkDecodeError",
     "ChunkEncodeError",
@@ -25,7 +26,9 @@ __all__ = [
     "SelectionError",
     "BoundsCheckError",
     "ChunkAlignmentError",
+    "GraphTooLargeError",
     "StoreError",
+    "OutsideStoreError",
     "UsageError",
     "StoreTypeError",
 ]
@@ -62,6 +65,10 @@ class UnknownCodecError(UnsupportedExtensionError):
     """A codec name that is not in the codec registry."""
 
 
+class ConflictingDimensionsError(MetadataError):
+    """Arrays of one group give one dimension name different lengths (xarray needs one length)."""
+
+
 class ChunkDecodeError(ZarrxError, ValueError):
     """A stored chunk is corrupt, truncated, fails its checksum or decodes to the wrong size.
 
@@ -93,8 +100,21 @@ class ChunkAlignmentError(ZarrxError, ValueError):
     """A parallel write would make two tasks write the same chunk (or shard)."""
 
 
+class GraphTooLargeError(ZarrxError, MemoryError):
+    """A dask graph that cannot be built: its block sizes alone would not fit in memory (too many
+    chunks). Larger blocks (``chunks=``) make it fit."""
+
+
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
+
+
+class OutsideStoreError(StoreError, PermissionError):
+    """A key whose file lies outside the store's root folder, through a symbolic link.
+
+    Writes and deletions never leave the root; reads do only where the store allows it
+    (``LocalStore(root, follow_external_links=True)``).
+    """
 
 
 class UsageError(ZarrxError, ValueError):

@@ -87,13 +87,31 @@ def normalize_selection(selection: Any, ndim: int) -> Selection:
     return selection + (slice(None),) * (ndim - len(selection))
 
 
+def _out_of_bounds(index: int, length: int, dim: int) -> BoundsCheckError:
+    """The error for ``index`` as the caller wrote it (``-100``, not the ``-92`` it counts from the end as)."""
+    valid = f"-{length} to {length - 1}" if length else "none: the dimension is empty"
+    return BoundsCheckError(
+        f"index {index} is out of bounds for dimension {dim} of length {length} (valid indices: {valid})"
+    )
+
+
 def _normalize_index(index: int, length: int, dim: int) -> int:
     index = int(index)
-    if index < 0:
-        index += length
-    if not 0 <= index < length:
-        raise BoundsCheckError(f"index {index} is out of bounds for dimension {dim} of length {length}")
-    return index
+    normalized = index + length if index < 0 else index
+    if not 0 <= normalized < length:
+        raise _out_of_bounds(index, length, dim)
+    return normalized
+
+
+def _normalize_indices(indices: np.ndarray, length: int, dim: int) -> np.ndarray:
+    """Integer ``indices`` as int64 counted from the start; an index outside ``[-length, length)``
+    is a BoundsCheckError naming it as given."""
+    bad = (indices >= length) | (indices < -length) if indices.dtype.kind == "i" else indices >= length
+    if bad.any():
+        raise _out_of_bounds(int(indices[bad].flat[0]), length, dim)
+    normalized = indices.astype(np.int64, copy=True)  # in range now: uint64 cannot wrap around
+    normalized[normalized < 0] += length
+    return normalized
 
 
 def _int_dim(index: int, length: int, chunk: int, dim: int) -> list[DimProjection]:
@@ -188,13 +206,7 @@ def _array_dim(indices: np.ndarray, length: int, chunk: int, dim: int) -> tuple[
         raise SelectionError(f"unsupported index array dtype {indices.dtype} for dimension {dim}")
     if indices.ndim != 1:
         raise SelectionError(f"orthogonal index arrays must be 1-d, found {indices.ndim}-d for dimension {dim}")
-    indices = indices.astype(np.int64, copy=True)
-    indices[indices < 0] += length
-    bad = (indices < 0) | (indices >= length)
-    if bad.any():
-        raise BoundsCheckError(
-            f"index {int(indices[bad][0])} is out of bounds for dimension {dim} of length {length}"
-        )
+    indices = _normalize_indices(indices, length, dim)
     count = len(indices)
     chunk_ids = indices // chunk
     if count and np.all(chunk_ids[1:] >= chunk_ids[:-1]):
@@ -327,14 +339,7 @@ class VectorizedIndexer:
                 array = np.flatnonzero(array)
             if array.dtype.kind not in "iu":
                 raise SelectionError(f"vindex takes integer coordinate arrays, found {array.dtype} for dimension {dim}")
-            array = array.astype(np.int64)
-            array = np.where(array < 0, array + length, array)
-            bad = (array < 0) | (array >= length)
-            if bad.any():
-                raise BoundsCheckError(
-                    f"index {int(array[bad].flat[0])} is out of bounds for dimension {dim} of length {length}"
-                )
-            arrays.append(array)
+            arrays.append(_normalize_indices(array, length, dim))
         try:
             arrays = np.broadcast_arrays(*arrays)
         except ValueError as error:

@@ -16,16 +16,35 @@ import itertools
 from zarrx.errors import MetadataError, UnsupportedExtensionError
 from zarrx.extension import parse_extension
 
-__all__ = ["RegularChunkGrid", "parse_chunk_grid", "parse_shape"]
+__all__ = ["RegularChunkGrid", "parse_chunk_grid", "parse_shape", "MAX_LENGTH"]
+
+#: the longest dimension (and chunk) there is: what int64 indexing -- NumPy's, dask's, every
+#: peer's -- can address; a longer one could not be indexed past that point, or would wrap around
+MAX_LENGTH = 2**63 - 1
 
 
 def parse_shape(value: Any, field_name: str, *, minimum: int = 0) -> tuple[int, ...]:
-    """A JSON array of integers >= ``minimum``."""
+    """A JSON array of integers from ``minimum`` to :data:`MAX_LENGTH`.
+
+    Examples
+    --------
+    >>> parse_shape([10, 20], "shape")
+    (10, 20)
+    >>> parse_shape([2**64], "shape")
+    Traceback (most recent call last):
+    ...
+    zarrx.errors.MetadataError: shape: 18446744073709551616 is longer than int64 indexing can address ...
+    """
     if not isinstance(value, (list, tuple)):
         raise MetadataError(f"{field_name}: expected a list of integers, found {type(value).__name__} {value!r}")
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < minimum:
             raise MetadataError(f"{field_name}: expected integers >= {minimum}, found {item!r} in {list(value)!r}")
+        if item > MAX_LENGTH:
+            raise MetadataError(
+                f"{field_name}: {item} is longer than int64 indexing can address (at most 2**63 - 1 = {MAX_LENGTH}), "
+                f"found in {list(value)!r}"
+            )
     return tuple(int(item) for item in value)
 
 

@@ -77,7 +77,7 @@ class Array(Node[ArrayMetadataLike]):
 
     def _write_metadata(self, metadata: ArrayMetadataLike) -> None:
         super()._write_metadata(metadata)
-        self._handle = self._handle.evolve(metadata=metadata)
+        self._handle = self._handle.evolve(metadata=self._metadata)
 
     # -- description ------------------------------------------------------------------
     @property

@@ -18,14 +18,24 @@ few chunks per thread -- and returns a :class:`VerifyReport`:
   inside an array's grid (stray files, chunks left outside an array's shape,
   folders that are not nodes);
 * ``temporary``: temporary files of :class:`~zarrx.storage.LocalStore` writes that
-  were interrupted (a killed process); never read as data, safe to delete.
+  were interrupted (a killed process); never read as data, safe to delete;
+* ``external_links``: symbolic links below the node that lead out of the store's root
+  folder (:meth:`Store.external_links <zarrx.storage.Store.external_links>`). The store refuses
+  to read through them -- the data behind them is not checked -- unless it was opened with
+  ``follow_external_links=True``;
+* ``stale_consolidated``: consolidated metadata (a v3 group's inline
+  ``consolidated_metadata``, a v2 ``.zmetadata``) whose copy of a member disagrees with the
+  member's own documents, copies members that no longer exist, or lacks members: readers of
+  the copy would see another hierarchy. ``zarrx consolidate URL`` rewrites it.
 
 * ``incomplete``: the mark of an unfinished :func:`zarrx.convert` at or above the node
   (:mod:`zarrx.tools.convert_job`): chunks and metadata may be missing.
 
-``report.ok`` is true when no chunk is corrupt, every metadata document parses and no convert
-is unfinished; missing chunks (shards, for sharded arrays), unknown keys and temporary files do
-not change it. ``str(report)`` is a readable summary (what ``zarrx verify URL`` prints).
+``report.ok`` is true when no chunk is corrupt, every metadata document parses, every
+consolidated copy agrees with its member, no link leaves the store root (unless the store
+follows such links) and no convert is unfinished; missing chunks (shards, for sharded arrays),
+unknown keys and temporary files do not change it. ``str(report)`` is a readable summary (what
+``zarrx verify URL`` prints).
 
 The metadata read is the store's own documents, never consolidated metadata, so a
 stale consolidated document does not hide a node.
@@ -46,15 +56,16 @@ from zarrx.io.decode import decode_stored
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, split_batches
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, NodeMetadata
+from zarrx.nodes.consolidated import find_stale
 from zarrx.nodes.hierarchy import format_of, node_keys, read_node
 from zarrx.nodes.node import Node
-from zarrx.sizes import human_bytes
 from zarrx.storage import make_store
 from zarrx.storage.local import is_temporary_name
 from zarrx.storage.paths import is_node_name, join_key, normalize_path
 from zarrx.storage.store import Store
 from zarrx.tools.convert_job import incomplete_marks
 from zarrx.tools.progress import ProgressCallback, progress_callback
+from zarrx.tools.verify_report import ArrayCheck, Problem, VerifyReport
 
 __all__ = ["verify", "VerifyReport", "Problem", "ArrayCheck", "MAX_LISTED_MISSING"]
 
@@ -64,132 +75,6 @@ MAX_LISTED_MISSING = 1000
 MAX_GRID_WALKED = 10**6
 #: decoded bytes' worth of chunks fetched from the store in one batch
 BATCH_BYTES = 64 * 2**20
-#: problems and keys of each kind shown by ``str(report)``
-SHOWN = 20
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something wrong with one stored object: its key, the node it belongs to and the error."""
-
-    key: str
-    node: str
-    error: str
-
-    def __str__(self) -> str:
-        # metadata errors already start with their key
-        return self.error if self.error.startswith(f"{self.key}: ") else f"{self.key}: {self.error}"
-
-
-@dataclass(frozen=True)
-class ArrayCheck:
-    """What was found for one array: stored objects (chunks, or shards) in its grid, stored, missing."""
-
-    path: str
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: str
-    #: stored objects in the grid: chunks, or shards when ``shards`` is set
-    nchunks: int
-    stored: int
-    #: the shard shape of a sharded array (``chunks`` are then its inner chunks)
-    shards: tuple[int, ...] | None = None
-    #: keys of missing objects, as many as are listed
-    missing_keys: tuple[str, ...] = ()
-
-    @property
-    def missing(self) -> int:
-        return self.nchunks - self.stored
-
-    @property
-    def objects(self) -> str:
-        """What the array stores: "chunks" or "shards"."""
-        return "chunks" if self.shards is None else "shards"
-
-    def __str__(self) -> str:
-        shards = "" if self.shards is None else f" shards={self.shards}"
-        return (
-            f"/{self.path} {self.dtype} shape={self.shape} chunks={self.chunks}{shards}: "
-            f"{self.stored} of {self.nchunks} {self.objects} stored"
-        )
-
-
-@dataclass
-class VerifyReport:
-    """The outcome of :func:`verify` (see the module docstring for each field)."""
-
-    store: str
-    path: str
-    arrays: list[ArrayCheck] = field(default_factory=list)
-    groups: list[str] = field(default_factory=list)
-    corrupt: list[Problem] = field(default_factory=list)
-    bad_metadata: list[Problem] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-    temporary: list[str] = field(default_factory=list)
-    #: marks of an unfinished convert at the node or above it
-    incomplete: list[Problem] = field(default_factory=list)
-    #: stored chunks (shards) read and decoded
-    chunks_checked: int = 0
-    #: their stored bytes
-    bytes_checked: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every stored chunk decodes, every metadata document parses and no convert
-        into the node is unfinished."""
-        return not self.corrupt and not self.bad_metadata and not self.incomplete
-
-    @property
-    def missing_count(self) -> int:
-        """Chunks of the arrays' grids that are not stored (they read as the fill value)."""
-        return sum(array.missing for array in self.arrays)
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def __str__(self) -> str:
-        lines = [f"verify {self.store} {'/' + self.path!r}"]
-        shards = sum(array.stored for array in self.arrays if array.shards is not None)
-        checked = f"{self.chunks_checked - shards} stored chunk(s)" + (f" and {shards} shard(s)" if shards else "")
-        lines.append(
-            f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {checked} "
-            f"checked ({human_bytes(self.bytes_checked)}) in {self.seconds:.1f} s"
-        )
-        lines += [f"  {array}" for array in self.arrays[:SHOWN]]
-        if len(self.arrays) > SHOWN:
-            lines.append(f"  ... and {len(self.arrays) - SHOWN} more arrays")
-        if self.ok:
-            lines.append("OK: every stored chunk decodes and every metadata document parses")
-        else:
-            lines.append(
-                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
-                + (", an unfinished convert" if self.incomplete else "")
-            )
-        sections = [
-            ("INCOMPLETE: an interrupted (or running) zarrx convert is writing here; chunks and metadata may be "
-             "missing. Rerun the same convert to resume it, or convert again with --overwrite",
-             self.incomplete, len(self.incomplete)),  # fmt: skip
-            ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
-            ("corrupt chunks", self.corrupt, len(self.corrupt)),
-            *((f"missing {kind} (they read as the fill value; not an error)",
-               [key for array in self.arrays if array.objects == kind for key in array.missing_keys],
-               sum(array.missing for array in self.arrays if array.objects == kind)) for kind in ("chunks", "shards")),  # fmt: skip
-            ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
-            ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
-        ]
-        for title, items, count in sections:
-            if not count:
-                continue
-            lines.append(f"{title}: {count}")
-            lines += [f"  {item}" for item in items[:SHOWN]]
-            if count > min(len(items), SHOWN):
-                lines.append(f"  ... and {count - min(len(items), SHOWN)} more")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
 
 # -- walking the hierarchy -------------------------------------------------------------------
@@ -329,6 +214,14 @@ def _temporary_files(store: Store, root_path: str) -> list[str]:
     return sorted(found)
 
 
+def _check_consolidated(store: Store, walk: _Walk, report: VerifyReport) -> None:
+    """Compare the consolidated metadata of every group with its members' own documents."""
+    skipped = lambda path: any(join_key(path, "").startswith(prefix) for prefix in walk.skipped_prefixes)  # noqa: E731
+    stale, invalid = find_stale(store, walk.groups, {**walk.arrays, **walk.groups}, skipped)
+    report.stale_consolidated += [Problem(key, "/" + path, text) for key, path, text in stale]
+    report.bad_metadata += [Problem(key, "/" + path, text) for key, path, text in invalid]
+
+
 # -- decoding -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Job:
@@ -457,6 +350,12 @@ def verify(
             )
         )
     report.temporary = _temporary_files(zstore, path)
+    report.external_links_followed = zstore.follow_external_links
+    report.external_links = [
+        Problem(key, "/" + path, f"a symbolic link to {target!r}, outside the store root")
+        for key, target in zstore.external_links(join_key(path, ""))
+    ]
+    _check_consolidated(zstore, walk, report)
 
     show = progress_callback(progress, "verify")
     total, done = len(jobs), 0

@@ -24,7 +24,7 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from zarrx.errors import MetadataError
+from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.nodes.prefetch import read_together
@@ -219,6 +219,7 @@ class ZarrxDataStore(AbstractDataStore):
         return dict(cached[1])
 
     def get_variables(self) -> FrozenDict:
+        self.get_dimensions()  # conflicting lengths: a zarrx error naming them, not xarray's bare ValueError
         arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
         # xarray reads every dimension coordinate to build its indexes, one after another:
         # the first of those reads fetches them all in one batch (one round trip, not one each)
@@ -230,16 +231,25 @@ class ZarrxDataStore(AbstractDataStore):
         return {k: v for k, v in self.group.attrs.asdict().items() if not _is_nc_attribute(k)}
 
     def get_dimensions(self) -> dict[str, int]:
-        dimensions: dict[str, int] = {}
+        """The length of each dimension of the group's arrays (those not dropped).
+
+        Raises :class:`~zarrx.errors.ConflictingDimensionsError` (a ValueError) naming the
+        dimension and the arrays when two arrays give one dimension different lengths.
+        """
+        dimensions: dict[str, tuple[int, str]] = {}
         for name, array in self.arrays.items():
+            if name in self._drop:
+                continue
             names, _ = dimensions_and_attributes(array)
             for dim, size in zip(names, array.shape):
-                if dimensions.setdefault(dim, size) != size:
-                    raise ValueError(
-                        f"found conflicting lengths for dimension {dim!r} ({size} in array {name!r} != "
-                        f"{dimensions[dim]})"
+                length, first = dimensions.setdefault(dim, (size, name))
+                if length != size:
+                    raise ConflictingDimensionsError(
+                        f"dimension {dim!r} has length {length} in array {first!r} but {size} in array {name!r} "
+                        f"of group {self.group.name!r} in {self.group.store!r}; xarray needs one length per "
+                        f"dimension: resize one of them, or skip it with drop_variables=[{name!r}]"
                     )
-        return dimensions
+        return {dim: length for dim, (length, _) in dimensions.items()}
 
     def walk(self, path: str = "/") -> Iterator[tuple[str, "ZarrxDataStore"]]:
         """``(path, store)`` for this group and every group below it, depth first."""

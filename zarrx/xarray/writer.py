@@ -44,6 +44,7 @@ from xarray.core.datatree import DataTree
 
 from zarrx.errors import NodeNotFoundError, UsageError
 from zarrx.nodes.api import consolidate_metadata, open_group
+from zarrx.nodes.consolidated import batched_updates
 from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
 from zarrx.storage.store import Store
@@ -141,8 +142,9 @@ def to_zarr(
     mode = choose_mode(mode, append_dim, region)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    target = _open_target(zstore, group, mode, zarr_format)
-    DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
+    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
+        target = _open_target(zstore, group, mode, zarr_format)
+        DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
     _consolidate(zstore, consolidated, mode)
     return _finish(target, options, compute)
 
@@ -201,16 +203,17 @@ def datatree_to_zarr(
         raise UsageError(f"encoding: {sorted(unknown)} are not groups of the tree (its groups: {list(tree.groups)})")
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    root = _open_target(zstore, group, mode, zarr_format)
-    for relative, node in tree.subtree_with_keys:
-        at_root = node is tree
-        dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
-        target = root if at_root else _child_group(root, relative, mode)
-        # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
-        # only its new variables
-        node_append_dim = append_dim if append_dim in dataset.dims else None
-        writer = DatasetWriter(target, options, append_dim=node_append_dim)
-        writer.write(dataset, region=region, encoding=encoding.get(node.path))
+    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
+        root = _open_target(zstore, group, mode, zarr_format)
+        for relative, node in tree.subtree_with_keys:
+            at_root = node is tree
+            dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
+            target = root if at_root else _child_group(root, relative, mode)
+            # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
+            # only its new variables
+            node_append_dim = append_dim if append_dim in dataset.dims else None
+            writer = DatasetWriter(target, options, append_dim=node_append_dim)
+            writer.write(dataset, region=region, encoding=encoding.get(node.path))
     _consolidate(zstore, consolidated, mode)
     return _finish(root, options, compute)
 
