@@ -119,10 +119,11 @@ class VerifyReport:
             lines.append("OK: every stored chunk decodes and every metadata document parses")
         else:
             lines.append(
-                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s), "
-                f"{len(self.stale_consolidated)} stale consolidated entr(ies), "
-                f"{0 if self.external_links_followed else len(self.external_links)} link(s) out of the store root"
+                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
                 + (", an unfinished convert" if self.incomplete else "")
+                + (f", {len(self.stale_consolidated)} stale consolidated entr(ies)" if self.stale_consolidated else "")
+                + (f", {len(self.external_links)} link(s) out of the store root"
+                   if self.external_links and not self.external_links_followed else "")
             )
         links = (
             "links out of the store root (followed: the store was opened with follow_external_links)"
