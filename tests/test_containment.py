@@ -259,7 +259,7 @@ def test_a_folder_swapped_for_a_link_after_it_was_opened_keeps_the_write_inside(
 
 SWAPPER = """
 import os, sys, pathlib
-folder, real, stop = map(pathlib.Path, sys.argv[1:4])
+folder, real, stop, enough = map(pathlib.Path, sys.argv[1:5])
 swaps = 0
 while not stop.exists():
     try:
@@ -268,6 +268,8 @@ while not stop.exists():
         folder.unlink()
         real.rename(folder)
         swaps += 1
+        if swaps == 60:
+            enough.touch()  # the writer goes on at least until then, however loaded the machine
     except OSError:
         pass
 print(swaps)
@@ -282,15 +284,17 @@ def test_writers_racing_a_folder_swapper_never_touch_anything_outside(escape):
     folder.unlink()
     folder.mkdir()
     before = snapshot(escape / "outside")
-    stop = escape / "stop"
+    stop, enough = escape / "stop", escape / "enough"
     swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(folder), str(escape / "store" / "a" / "real"), str(stop)],
+        [sys.executable, "-c", SWAPPER, str(folder), str(escape / "store" / "a" / "real"), str(stop), str(enough)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     array = zarrx.open_array(escape / "store", "a", mode="r+")
     outcomes = {"written": 0, "refused": 0}
     try:
-        for round_ in range(400):
+        round_ = 0
+        while round_ < 400 or (not enough.exists() and round_ < 100_000):
+            round_ += 1
             try:
                 array[:] = round_ % 5 if round_ % 3 else 0  # writes, and deletions of all-fill chunks
                 outcomes["written"] += 1
