@@ -600,7 +600,7 @@ ARRAY_CASES = [
     case("key-encoding-number", {"chunk_key_encoding": 2}, MetadataError, "chunk_key_encoding"),
     # data type
     case("data-type-unknown", {"data_type": "float128"}, UnsupportedExtensionError, "data_type", "float128"),
-    case("data-type-unknown-object", {"data_type": {"name": "bfloat16"}}, UnsupportedExtensionError, "data_type"),
+    case("data-type-unknown-object", {"data_type": {"name": "bfloat17"}}, UnsupportedExtensionError, "data_type"),
     case("data-type-numpy-string", {"data_type": "<i4"}, UnsupportedExtensionError, "data_type"),
     case("data-type-optional", {"data_type": {"name": "int32", "must_understand": False}},
          MetadataError, "data_type.must_understand"),  # fmt: skip
