@@ -3,7 +3,8 @@
 Importing this package registers the built-in codecs (``bytes``, ``transpose``,
 ``gzip``, ``zstd``, ``blosc``, ``crc32c``, ``vlen-utf8``, ``vlen-bytes``, ``sharding_indexed``,
 ``cast_value``, ``scale_offset``, ``zarrs.vlen``, the ``numcodecs.*`` codecs, and the registry's
-``bitround``, ``packbits``, ``reshape``, ``zfp``, ``conditional`` and ``n5_default``);
+``bitround``, ``packbits``, ``reshape``, ``zfp``, ``conditional`` and ``n5_default``, and zarrs'
+``optional``);
 third-party ones are found through the ``"zarrx.codecs"`` entry point group.
 """
 
@@ -19,6 +20,7 @@ from zarrx.codecs.crc32c import Crc32cCodec
 from zarrx.codecs.gzip import GzipCodec
 from zarrx.codecs import numcodecs_codecs  # noqa: F401 (registers the numcodecs.* codecs)
 from zarrx.codecs.n5_default import N5DefaultCodec
+from zarrx.codecs.optional import OptionalCodec
 from zarrx.codecs.packbits import PackBitsCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.codecs.registry import codec_from_json, get_codec_class, parse_codecs, register_codec
@@ -46,6 +48,7 @@ __all__ = [
     "Crc32cCodec",
     "GzipCodec",
     "N5DefaultCodec",
+    "OptionalCodec",
     "PackBitsCodec",
     "ReshapeCodec",
     "ScaleOffsetCodec",

@@ -62,6 +62,11 @@ class BytesCodec(ArrayBytesCodec):
         return self
 
     def validate(self, spec: ChunkSpec) -> None:
+        if spec.data_type.stored_by is not None:
+            raise MetadataError(
+                f"codecs: the bytes codec cannot encode the data type {spec.data_type.to_json()!r}; "
+                f"use the {spec.data_type.stored_by!r} codec"
+            )
         if spec.data_type.item_size is None:
             raise MetadataError(
                 f"codecs: the bytes codec cannot encode the variable-length data type "

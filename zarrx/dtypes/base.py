@@ -46,6 +46,8 @@ class DataType(ABC):
     packbits_components: ClassVar[int] = 1
     #: packbits sign-extends decoded components (signed integers); others are zero-extended
     packbits_signed: ClassVar[bool] = False
+    #: the one array -> bytes codec that can store the type (zarrs' ``optional``), None: any that fits
+    stored_by: ClassVar[str | None] = None
 
     @property
     @abstractmethod
