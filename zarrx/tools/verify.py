@@ -308,6 +308,8 @@ class _Job:
     key: str
     path: str
     handle: ArrayHandle
+    #: the chunk's grid coordinates (its shape, on a rectilinear grid)
+    coords: tuple[int, ...] | None = None
 
 
 def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
@@ -315,7 +317,7 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
     if raw is None:
         return 0  # deleted since it was listed: now missing, which is legal
     try:
-        decode_stored(job.handle, job.key, raw)
+        decode_stored(job.handle, job.key, raw, job.coords)
     except ZarrxError as error:
         report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
     except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
@@ -418,7 +420,7 @@ def verify(
             )
         )
         handle = ArrayHandle(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
+        jobs.update((key, _Job(key, array_path, handle, coords)) for key, coords in sorted(chunks))
         missing = metadata.nchunks - len(chunks)
         if missing:
             report.missing.extend(
