@@ -489,3 +489,23 @@ def test_n5_default_pads_truncated_edge_blocks(tmp_path):
     with pytest.raises(ChunkDecodeError, match="default mode"):
         (tmp_path / "2" / "2").write_bytes(b"\x00\x01" + bytes(block)[2:])
         array[4, 6]
+
+
+def test_codecs_and_types_in_xarray_encodings(tmp_path):
+    """The forms users hold, in an xarray encoding: codec objects, registry JSON, ml_dtypes data."""
+    import xarray as xr
+
+    import zarrx.xarray  # noqa: F401  (the .zarrx accessor)
+
+    field = np.random.default_rng(0).standard_normal((4, 5)).astype("f4")
+    levels = np.array([1, -2, 3, -4], dtype=ml_dtypes.int4)
+    dataset = xr.Dataset({"v": (("x", "y"), field), "q": (("x",), levels)})
+    dataset.zarrx.to_zarr(str(tmp_path), mode="w", encoding={
+        "v": {"filters": [BitroundCodec(keepbits=5)], "serializer": ZfpCodec(mode="reversible"), "compressors": None},
+        "q": {"serializer": {"name": "packbits"}, "compressors": None},
+    })  # fmt: skip
+    assert [c["name"] for c in json.loads((tmp_path / "v" / "zarr.json").read_text())["codecs"]] == ["bitround", "zfp"]
+    opened = xr.open_dataset(str(tmp_path), engine="zarrx")
+    assert opened["q"].dtype == ml_dtypes.int4 and opened["q"].values.tolist() == [1, -2, 3, -4]
+    rounded = BitroundCodec(keepbits=5).encode(field, spec(field.shape, "float32"))
+    np.testing.assert_array_equal(opened["v"].values, rounded)

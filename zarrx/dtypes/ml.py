@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from zarrx.dtypes.base import JSON
-from zarrx.dtypes.numeric import Complex64, Complex128, NamedType, is_json_integer, is_json_number
+from zarrx.dtypes.numeric import Complex64, Complex128, NamedType, Scalar, is_json_integer, is_json_number
 from zarrx.dtypes.registry import register_data_type
 from zarrx.errors import MetadataError
 
@@ -151,22 +151,12 @@ FLOATS: dict[str, tuple[FloatFormat, int]] = {
 INTEGERS: dict[str, tuple[int, bool]] = {"int2": (2, True), "int4": (4, True), "uint2": (2, False), "uint4": (4, False)}
 
 
-class _MLScalar(NamedType):
+class _MLScalar(Scalar):
     """A type of one ml_dtypes scalar type (a float or a narrow integer)."""
-
-    numpy_type: ClassVar[type]
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        return np.dtype(self.numpy_type)
-
-    @property
-    def needs_endian(self) -> bool:
-        return self.numpy_dtype.itemsize > 1
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype) -> Any:
-        return cls() if dtype.type is cls.numpy_type else None
+        return cls() if dtype.type is cls.numpy_type else None  # not by kind: ml_dtypes' are all "V"
 
     # -- the bytes codec's layout ----------------------------------------------------------
     @property

@@ -33,7 +33,7 @@ from zarrx.errors import MetadataError
 __all__ = [
     "Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
     "Float16", "Float32", "Float64", "Complex64", "Complex128", "RawBits",
-    "NamedType", "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
+    "NamedType", "Scalar", "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
 ]  # fmt: skip
 
 
@@ -76,7 +76,7 @@ class NamedType(DataType):
         return self.name
 
 
-class _Scalar(NamedType):
+class Scalar(NamedType):
     """A core numeric type: a NumPy scalar type, named by its spec name."""
 
     numpy_type: ClassVar[type[np.generic]]
@@ -106,7 +106,7 @@ class _Scalar(NamedType):
 
 
 @register_data_type
-class Bool(_Scalar):
+class Bool(Scalar):
     name = "bool"
     numpy_type = np.bool_
     packbits_bits = 1
@@ -126,7 +126,7 @@ class Bool(_Scalar):
         return np.bool_(value)
 
 
-class _Integer(_Scalar):
+class _Integer(Scalar):
     def fill_value_from_json(self, value: JSON) -> Any:
         if not is_json_integer(value):
             raise MetadataError(
@@ -276,7 +276,7 @@ def float_to_json(value: Any, float_dtype: np.dtype) -> JSON:
     return float(scalar)
 
 
-class _Float(_Scalar):
+class _Float(Scalar):
     def fill_value_from_json(self, value: JSON) -> Any:
         return float_from_json(value, self.numpy_dtype)
 
@@ -318,7 +318,7 @@ class Float64(_Float):
     packbits_bits = 64
 
 
-class _Complex(_Scalar):
+class _Complex(Scalar):
     component_type: ClassVar[type[np.generic]]
 
     def fill_value_from_json(self, value: JSON) -> Any:
