@@ -577,8 +577,9 @@ ARRAY_CASES = [
     case("shape-nan", {"shape": [float("nan"), 8]}, MetadataError, "shape"),
     case("shape-nested", {"shape": [[8], 8]}, MetadataError, "shape"),
     case("shape-object", {"shape": {"y": 8, "x": 8}}, MetadataError, "shape"),
-    case("chunk-grid-unknown", {"chunk_grid.name": "rectilinear"},
-         UnsupportedExtensionError, "chunk_grid", "rectilinear"),  # fmt: skip
+    case("chunk-grid-unknown", {"chunk_grid.name": "rectangular"},
+         UnsupportedExtensionError, "chunk_grid", "rectangular"),  # fmt: skip
+    case("chunk-grid-rectilinear-with-chunk-shape", {"chunk_grid.name": "rectilinear"}, MetadataError, "chunk_grid"),
     case("chunk-grid-number", {"chunk_grid": 4}, MetadataError, "chunk_grid"),
     case("chunk-grid-no-name", {"chunk_grid.name": DROP}, MetadataError, "chunk_grid.name"),
     case("chunk-grid-short-form", {"chunk_grid": "regular"}, MetadataError, SHAPE),

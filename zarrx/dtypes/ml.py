@@ -16,7 +16,11 @@
 Fill values take the core spec's forms (a number, ``"NaN"``, ``"Infinity"``, ``"-Infinity"``,
 ``"0x"`` and two hex digits per stored byte), with the registry's rules per type: ``"NaN"`` is
 the bit pattern the type's page names (``0x7fc0`` for bfloat16, ``0x80`` for the ``fnuz``
-types...), and a type without NaN or infinities refuses those constants. Integers are JSON
+types...), and a type without NaN or infinities refuses those constants. A number is the value
+(rounded to nearest; ``float8_e8m0fnu`` has no zero, so 0 is its smallest value, ``0x00``).
+One-byte floats (and their complex forms) write the hex form: zarrs reads their JSON numbers as
+bit patterns and tensorstore misconverts them for ``float8_e8m0fnu``, the hex form means the
+same bits to all. Integers are JSON
 integers in the type's range; complex numbers ``[real, imaginary]``. A user's fill value outside
 the type's range is refused (ml_dtypes would saturate it or make it NaN).
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.dtypes import DataType, parse_data_type
 from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
 from zarrx.metadata.chunk_grid import ChunkGrid, parse_chunk_grid, parse_shape
@@ -138,9 +139,9 @@ def parse_extra_fields(document: Mapping[str, Any], known: tuple[str, ...]) -> d
 def validate_rectilinear_codecs(grid: Any, shape: tuple[int, ...], codecs: CodecPipeline) -> None:
     """What a rectilinear grid asks of the codecs beyond the largest chunk: a sharding codec's inner
     chunks divide every shard edge (so inner chunks tile the array regularly)."""
-    inner = getattr(codecs.array_bytes, "chunk_shape", None)
-    if inner is None or codecs.array_array:
+    if not isinstance(codecs.array_bytes, ShardingCodec) or codecs.array_array:
         return
+    inner = codecs.array_bytes.chunk_shape
     for dim, (edges, size) in enumerate(zip(grid.chunk_edges(shape), inner)):
         uneven = sorted({edge for edge in edges if edge % size})
         if uneven:

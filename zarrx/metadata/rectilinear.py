@@ -146,7 +146,7 @@ class RectilinearChunkGrid:
         """How many chunks of dimension ``dim`` hold elements of an array ``length`` long."""
         dimension = self.chunk_shapes[dim]
         if isinstance(dimension, int):
-            return math.ceil(length / dimension)
+            return -(-length // dimension)
         return int(np.searchsorted(self._offsets[dim], length, side="left"))  # chunks starting before length
 
     @cached_property
@@ -206,7 +206,7 @@ class RectilinearChunkGrid:
         dimensions = []
         for d, length in zip(self.chunk_shapes, shape):
             if isinstance(d, tuple) and sum(d) < length:
-                d = d + (d[-1],) * math.ceil((length - sum(d)) / d[-1])
+                d = d + (d[-1],) * -(-(length - sum(d)) // d[-1])
             dimensions.append(d)
         return RectilinearChunkGrid(tuple(dimensions))
 
