@@ -108,7 +108,8 @@ class Array(Node[ArrayMetadataLike]):
 
     @property
     def chunks(self) -> tuple[int, ...]:
-        """The shape of the chunks that are encoded one by one (inner chunks of a sharded array)."""
+        """The shape of the chunks that are encoded one by one (inner chunks of a sharded array); on a
+        rectilinear grid, the edge lengths of each dimension's chunks (dask's form: ``((3, 3, 4), (5,))``)."""
         pipeline = self._metadata.codecs
         if not isinstance(pipeline.array_bytes, ShardingCodec):
             return self._metadata.chunks
@@ -126,7 +127,8 @@ class Array(Node[ArrayMetadataLike]):
 
     @property
     def shards(self) -> tuple[int, ...] | None:
-        """The shard shape (the stored objects' chunk grid), or None when the array is not sharded."""
+        """The shard shape (the stored objects' chunk grid; edge lengths per dimension on a rectilinear
+        grid), or None when the array is not sharded."""
         return self._metadata.chunks if isinstance(self._metadata.codecs.array_bytes, ShardingCodec) else None
 
     @property
