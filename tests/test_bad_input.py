@@ -602,8 +602,9 @@ ARRAY_CASES = [
     case("shape-2**64", {"shape": [2**64, 8]}, MetadataError, "shape", str(2**64), "int64"),
     case("shape-2**63", {"shape": [8, 2**63]}, MetadataError, "shape", str(2**63), "int64"),
     case("chunk-shape-2**63", {SHAPE: [2**63, 4]}, MetadataError, SHAPE, str(2**63), "int64"),
-    case("chunk-grid-unknown", {"chunk_grid.name": "rectilinear"},
-         UnsupportedExtensionError, "chunk_grid", "rectilinear"),  # fmt: skip
+    case("chunk-grid-unknown", {"chunk_grid.name": "rectangular"},
+         UnsupportedExtensionError, "chunk_grid", "rectangular"),  # fmt: skip
+    case("chunk-grid-rectilinear-with-chunk-shape", {"chunk_grid.name": "rectilinear"}, MetadataError, "chunk_grid"),
     case("chunk-grid-number", {"chunk_grid": 4}, MetadataError, "chunk_grid"),
     case("chunk-grid-no-name", {"chunk_grid.name": DROP}, MetadataError, "chunk_grid.name"),
     case("chunk-grid-short-form", {"chunk_grid": "regular"}, MetadataError, SHAPE),
@@ -625,7 +626,7 @@ ARRAY_CASES = [
     case("key-encoding-number", {"chunk_key_encoding": 2}, MetadataError, "chunk_key_encoding"),
     # data type
     case("data-type-unknown", {"data_type": "float128"}, UnsupportedExtensionError, "data_type", "float128"),
-    case("data-type-unknown-object", {"data_type": {"name": "bfloat16"}}, UnsupportedExtensionError, "data_type"),
+    case("data-type-unknown-object", {"data_type": {"name": "bfloat17"}}, UnsupportedExtensionError, "data_type"),
     case("data-type-numpy-string", {"data_type": "<i4"}, UnsupportedExtensionError, "data_type"),
     case("data-type-optional", {"data_type": {"name": "int32", "must_understand": False}},
          MetadataError, "data_type.must_understand"),  # fmt: skip

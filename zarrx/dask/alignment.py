@@ -6,6 +6,9 @@ against the grid: it returns the array as it is, rechunks it onto the grid
 (``align="rechunk"``), or raises :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the
 conflicting block pairs and the object they share. :func:`first_bad_boundary` is the check
 alone, for reads whose blocks must be multiples of the chunk shape.
+
+The grid is given per axis as a chunk length, or -- for a rectilinear grid -- as the tuple of
+its chunks' edge lengths, whose running sums are the boundaries blocks may end on.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
 
-__all__ = ["align_blocks", "first_bad_boundary", "regular_size"]
+__all__ = ["align_blocks", "first_bad_boundary", "regular_size", "grid_blocks"]
 
 #: conflicting block pairs spelled out in a ChunkAlignmentError message
 MAX_CONFLICTS_SHOWN = 3
@@ -39,15 +42,47 @@ def _boundaries(sizes: Sequence[int], offset: int) -> np.ndarray:
     return offset + np.cumsum(np.asarray(sizes[:-1], dtype=np.int64))
 
 
-def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: int) -> int | None:
+#: one axis of a grid: a chunk length, or a rectilinear axis' edge lengths
+Axis = int | tuple[int, ...]
+
+
+def _inside(boundaries: np.ndarray, chunk: Axis) -> np.ndarray:
+    """Which of ``boundaries`` fall inside a chunk of the axis (not on a chunk boundary)."""
+    if isinstance(chunk, tuple):
+        return ~np.isin(boundaries, np.cumsum(np.asarray(chunk, dtype=np.int64)))
+    return boundaries % chunk != 0
+
+
+def _chunk_of(position: int, chunk: Axis) -> int:
+    """The chunk of the axis holding ``position``."""
+    if isinstance(chunk, tuple):
+        return int(np.searchsorted(np.cumsum(np.asarray(chunk, dtype=np.int64)), position, side="right"))
+    return position // chunk
+
+
+def grid_blocks(edges: tuple[tuple[int, ...], ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Dask block sizes that are a rectilinear grid's chunks (the last of an axis cut at its end)."""
+    blocks = []
+    for axis_edges, length in zip(edges, shape):
+        sizes, position = [], 0
+        for edge in axis_edges:
+            if position >= length:
+                break
+            sizes.append(min(edge, length - position))
+            position += edge
+        blocks.append(tuple(sizes) or (0,))
+    return tuple(blocks)
+
+
+def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: Axis) -> int | None:
     """The first block boundary that falls inside a chunk, or None."""
     if len(sizes) < 2:
         return None
     size = regular_size(sizes)
-    if size is not None and size % chunk == 0 and offset % chunk == 0:
+    if not isinstance(chunk, tuple) and size is not None and size % chunk == 0 and offset % chunk == 0:
         return None  # the common case, without a table of boundaries
     boundaries = _boundaries(sizes, offset)
-    bad = np.flatnonzero(boundaries % chunk)
+    bad = np.flatnonzero(_inside(boundaries, chunk))
     return int(boundaries[bad[0]]) if bad.size else None
 
 
@@ -61,7 +96,7 @@ class _Conflict:
 
 
 def _conflicts(
-    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[int, ...]
+    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[Axis, ...]
 ) -> tuple[list[_Conflict], int]:
     """Block boundaries that fall inside chunks (a few of them) and how many block pairs share a chunk."""
     found, pairs = [], 0
@@ -70,25 +105,30 @@ def _conflicts(
         if first_bad_boundary(sizes, offset, chunk) is None:
             continue
         boundaries = _boundaries(sizes, offset)
-        bad = np.flatnonzero(boundaries % chunk)
+        bad = np.flatnonzero(_inside(boundaries, chunk))
         pairs += int(bad.size) * math.prod(n for i, n in enumerate(numblocks) if i != axis)
         found += [_Conflict(axis, int(i), int(boundaries[i])) for i in bad[:MAX_CONFLICTS_SHOWN]]
     return found, pairs
 
 
-def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[int, ...], kind: str) -> str:
+def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[Axis, ...], kind: str) -> str:
     axis, ndim = conflict.axis, len(unit)
     first = tuple(conflict.block if i == axis else 0 for i in range(ndim))
     second = tuple(conflict.block + 1 if i == axis else 0 for i in range(ndim))
-    shared = tuple(conflict.position // unit[i] if i == axis else offsets[i] // unit[i] for i in range(ndim))
+    shared = tuple(_chunk_of(conflict.position if i == axis else offsets[i], unit[i]) for i in range(ndim))
     where = f"their boundary is at {conflict.position} on axis {axis}"
     return f"blocks {first} and {second} both write {kind} {shared} ({where})"
 
 
-def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: int) -> tuple[int, ...]:
+def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: Axis) -> tuple[int, ...]:
     """Block sizes covering ``sum(sizes)`` elements from ``offset`` whose boundaries are multiples of
-    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``)."""
+    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``); on a
+    rectilinear axis, the chunks themselves."""
     length = sum(sizes)
+    if isinstance(chunk, tuple):
+        ends = np.cumsum(np.asarray(chunk, dtype=np.int64))
+        cuts = [int(end) - offset for end in ends if offset < end < offset + length]
+        return tuple(np.diff([0, *cuts, length]).tolist()) or (0,)
     step = chunk * max(1, max(sizes) // chunk)
     out, position, stop = [], offset, offset + length
     while position < stop:

@@ -38,7 +38,7 @@ from dask.blockwise import blockwise
 from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArrayBlockwiseDep
 
-from zarrx.dask.alignment import first_bad_boundary, regular_size
+from zarrx.dask.alignment import first_bad_boundary, grid_blocks, regular_size
 from zarrx.errors import GraphTooLargeError, UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
@@ -226,18 +226,27 @@ def _refuse_huge_graph(array: Array, chunks: Any, blocks: tuple[int, ...]) -> No
 def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
     """Dask block sizes for reading ``array``: ``chunks`` normalized and checked against the chunk grid."""
     stored = array.shards or array.chunks
-    regular = _regular_blocks(array, chunks, stored)
-    if regular is not None:
-        _refuse_huge_graph(array, chunks, regular)
+    if isinstance(stored[0] if stored else None, tuple):  # a rectilinear grid: its chunks are the blocks
+        stored = grid_blocks(stored, array.shape)
+    else:
+        regular = _regular_blocks(array, chunks, stored)
+        if regular is not None:
+            _refuse_huge_graph(array, chunks, regular)
     try:
         blocks = normalize_chunks(
-            stored if chunks is None else chunks, array.shape, dtype=array.dtype, previous_chunks=stored
-        )
+            stored if chunks is None else chunks, array.shape, dtype=array.dtype,
+            previous_chunks=None if isinstance(stored[0] if stored else None, tuple) else stored,
+        )  # fmt: skip
     except (TypeError, ValueError) as error:
         raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
     inner = array.chunks
     for axis, (sizes, chunk) in enumerate(zip(blocks, inner)):
         boundary = first_bad_boundary(sizes, 0, chunk)
+        if boundary is not None and isinstance(chunk, tuple):
+            raise UsageError(
+                f"chunks: dask blocks of array {array.name!r} must end on its rectilinear grid's chunk boundaries, "
+                f"found a block boundary at {boundary} along axis {axis} with chunks={chunks!r}; use chunks=None"
+            )
         if boundary is not None:
             multiple = tuple(max(c, (b[0] // c) * c) for b, c in zip(blocks, inner))
             raise UsageError(

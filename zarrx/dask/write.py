@@ -23,7 +23,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed
 
-from zarrx.dask.alignment import align_blocks
+from zarrx.dask.alignment import align_blocks, regular_size
 from zarrx.dask.read import BlockSelections
 from zarrx.errors import ReadOnlyError, UsageError
 from zarrx.io.handle import ArrayHandle
@@ -70,8 +70,10 @@ def to_zarr(
     Without ``region`` the array is created at once (like :func:`zarrx.create_array`, with
     ``shape`` and ``dtype`` from ``x``; ``create_kwargs`` such as ``chunks``, ``shards``,
     ``compressors``, ``fill_value``, ``dimension_names`` go to it). Its chunk shape is the
-    shape of ``x``'s first block unless ``chunks`` is given; with ``shards`` give ``chunks``
-    (the inner chunks) too, and the blocks must line up with the shards. With ``region`` (a
+    shape of ``x``'s first block unless ``chunks`` is given; ``chunks="dask"`` makes the chunks
+    ``x``'s own blocks -- a rectilinear chunk grid when they are irregular (after a filter, a
+    concatenation, a groupby), so nothing is rechunked and every block is one chunk; with
+    ``shards`` give ``chunks`` (the inner chunks) too, and the blocks must line up with the shards. With ``region`` (a
     tuple of slices of the existing array's shape, one per axis; missing trailing axes are
     whole) ``x`` is written there; ``store`` may also be a :class:`zarrx.Array` to write into
     (all of it, unless ``region`` says where).
@@ -182,10 +184,29 @@ def _create_target(
             "shape); the dask blocks then have to line up with the shards"
         )
     kwargs = {"dtype": x.dtype, **create_kwargs}
+    if isinstance(kwargs.get("chunks"), str) and kwargs["chunks"] == "dask":
+        kwargs["chunks"] = dask_chunk_grid(x.chunks)
     if kwargs.get("chunks") is None:
         # the first block along each axis; a 0-length axis still needs a chunk length of at least 1
         kwargs["chunks"] = tuple(max(1, int(sizes[0])) for sizes in x.chunks)
     return create_array(store, path, shape=x.shape, overwrite=overwrite, storage_options=storage_options, **kwargs)
+
+
+def dask_chunk_grid(blocks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
+    """The chunks that are a dask array's blocks: a chunk length per axis whose blocks are regular
+    (all alike but a smaller last one), the blocks' sizes (a rectilinear grid's edges) otherwise.
+
+    Examples
+    --------
+    >>> dask_chunk_grid(((4, 4, 2), (3, 1, 5)))
+    (4, (3, 1, 5))
+    """
+    grid: list[Any] = []
+    for sizes in blocks:
+        sizes = tuple(int(size) for size in sizes if size > 0) or (1,)  # empty axes still need an edge
+        size = regular_size(sizes)
+        grid.append(size if size is not None else sizes)
+    return tuple(grid)
 
 
 def _parse_region(region: Any, array: Array, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -32,9 +32,10 @@ import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.dtypes import DataType, parse_data_type
 from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
-from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
+from zarrx.metadata.chunk_grid import ChunkGrid, parse_chunk_grid, parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.extension import parse_extension
 from zarrx.storage.paths import join_key
@@ -183,6 +184,21 @@ def parse_extra_fields(document: Mapping[str, Any], known: tuple[str, ...]) -> d
     return extra
 
 
+def validate_rectilinear_codecs(grid: Any, shape: tuple[int, ...], codecs: CodecPipeline) -> None:
+    """What a rectilinear grid asks of the codecs beyond the largest chunk: a sharding codec's inner
+    chunks divide every shard edge (so inner chunks tile the array regularly)."""
+    if not isinstance(codecs.array_bytes, ShardingCodec) or codecs.array_array:
+        return
+    inner = codecs.array_bytes.chunk_shape
+    for dim, (edges, size) in enumerate(zip(grid.chunk_edges(shape), inner)):
+        uneven = sorted({edge for edge in edges if edge % size})
+        if uneven:
+            raise MetadataError(
+                f"chunk_grid.configuration.chunk_shapes[{dim}]: shard edges {uneven[:5]} are not multiples of the "
+                f"inner chunk length {size} (codecs: sharding_indexed chunk_shape)"
+            )
+
+
 def _require(document: Mapping[str, Any], name: str) -> Any:
     if name not in document:
         raise MetadataError(f"{name}: missing required field")
@@ -220,7 +236,8 @@ def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
         # legacy "structured" is written back as "struct", whose bytes codec must state
         # the byte order the legacy rule implied (little); otherwise our own rewrite of
         # a zarr-python array would not open
-        codecs = codecs.evolve_from_spec(ChunkSpec(chunk_grid.chunk_shape, data_type, fill_value))
+        first_chunk = chunk_grid.chunk_shape_at((0,) * chunk_grid.ndim)
+        codecs = codecs.evolve_from_spec(ChunkSpec(first_chunk, data_type, fill_value))
     chunk_key_encoding = parse_chunk_key_encoding(_require(document, "chunk_key_encoding"))
     parsed = (data_type, chunk_grid, chunk_key_encoding, fill_value, codecs)
     if key is not None:
@@ -234,7 +251,7 @@ def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
 class ArrayMetadata:
     shape: tuple[int, ...]
     data_type: DataType
-    chunk_grid: RegularChunkGrid
+    chunk_grid: ChunkGrid
     chunk_key_encoding: ChunkKeyEncoding
     fill_value: Any
     codecs: CodecPipeline
@@ -249,6 +266,8 @@ class ArrayMetadata:
         self.chunk_grid.validate(self.shape)
         if self.dimension_names is not None:
             parse_dimension_names(list(self.dimension_names), len(self.shape))
+        if not self.chunk_grid.is_regular:
+            validate_rectilinear_codecs(self.chunk_grid, self.shape, self.codecs)
         self.codecs.validate(self.chunk_spec)
 
     @classmethod
@@ -318,12 +337,15 @@ class ArrayMetadata:
         return self.data_type.numpy_dtype
 
     @property
-    def chunks(self) -> tuple[int, ...]:
-        return self.chunk_grid.chunk_shape
+    def chunks(self) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+        """The chunk shape; for a rectilinear grid the edges of each dimension's chunks."""
+        grid = self.chunk_grid
+        return grid.chunk_shape if grid.is_regular else grid.chunk_edges(self.shape)
 
     @cached_property
     def chunk_spec(self) -> ChunkSpec:
-        return ChunkSpec(self.chunk_grid.chunk_shape, self.data_type, self.fill_value)
+        """The decoded representation of a chunk (of the largest one, for a rectilinear grid)."""
+        return ChunkSpec(self.chunk_grid.largest_chunk_shape(self.shape), self.data_type, self.fill_value)
 
     @property
     def grid_shape(self) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ from zarrx.dtypes import DataType, resolve_data_type
 from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
 from zarrx.errors import MetadataError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_shape
+from zarrx.metadata.rectilinear import RectilinearChunkGrid, is_edge_list
 from zarrx.metadata.chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.metadata.node import ArrayMetadata, parse_dimension_names
 from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
@@ -114,9 +115,14 @@ def build_array_metadata(
 ) -> ArrayMetadata:
     shape = _parse_array_shape(shape)
     data_type = resolve_data_type(dtype)
-    chunk_shape = parse_chunks(chunks, shape, data_type)
+    # edges listed for a dimension (``chunks=((3, 3, 4), 5)``, or so for shards): a rectilinear grid
+    rectilinear = RectilinearChunkGrid(tuple(shards if shards is not None else chunks)) if is_edge_list(
+        shards if shards is not None else chunks) else None  # fmt: skip
+    if rectilinear is not None:
+        rectilinear.validate(shape)
+    chunk_shape = rectilinear.largest_chunk_shape(shape) if rectilinear and shards is None else parse_chunks(chunks, shape, data_type)
     if shards is not None:
-        shards = parse_shards(shards, chunk_shape)
+        shards = rectilinear.largest_chunk_shape(shape) if rectilinear else parse_shards(shards, chunk_shape)
     fill_value = data_type.default_fill_value() if fill_value is None else _cast_fill_value(data_type, fill_value)
     if isinstance(serializer, str) and serializer == "auto":
         serializer = default_serializer(data_type)
@@ -144,7 +150,7 @@ def build_array_metadata(
     return ArrayMetadata(
         shape=shape,
         data_type=data_type,
-        chunk_grid=RegularChunkGrid(chunk_shape),
+        chunk_grid=rectilinear or RegularChunkGrid(chunk_shape),
         chunk_key_encoding=encoding,
         fill_value=fill_value,
         codecs=pipeline,

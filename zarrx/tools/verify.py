@@ -228,6 +228,8 @@ class _Job:
     key: str
     path: str
     handle: ArrayHandle
+    #: the chunk's grid coordinates (its shape, on a rectilinear grid)
+    coords: tuple[int, ...] | None = None
 
 
 def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
@@ -235,7 +237,7 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
     if raw is None:
         return 0  # deleted since it was listed: now missing, which is legal
     try:
-        decode_stored(job.handle, job.key, raw)
+        decode_stored(job.handle, job.key, raw, job.coords)
     except ZarrxError as error:
         report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
     except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
@@ -332,7 +334,7 @@ def verify(
     for array_path, metadata in sorted(walk.arrays.items()):
         chunks = stored[array_path]
         handle = ArrayHandle(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
+        jobs.update((key, _Job(key, array_path, handle, coords)) for key, coords in sorted(chunks))
         missing = metadata.nchunks - len(chunks)
         listed = list(_missing_keys(metadata, array_path, {c for _, c in chunks}, min(missing, MAX_LISTED_MISSING))) if missing else []
         report.missing.extend(listed)

@@ -9,6 +9,7 @@ dask block by block through :func:`zarrx.to_zarr`. :mod:`zarrx.xarray.writer` ho
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +27,10 @@ from xarray.core.dataset import Dataset
 from xarray.core.variable import Variable
 from xarray.namedarray.pycompat import is_chunked_array
 
+from zarrx.dask.write import dask_chunk_grid
 from zarrx.dask.write import to_zarr as dask_to_zarr
 from zarrx.errors import ChunkAlignmentError, UsageError
+from zarrx.metadata.rectilinear import is_edge_list
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.xarray.store import DIMENSION_KEY, ZarrxDataStore
@@ -46,6 +49,8 @@ class WriteOptions:
     write_empty_chunks: bool | None
     #: the data writes of dask-backed variables, computed together at the end
     writes: list[Any] = field(default_factory=list)
+    #: new dask-backed variables with irregular blocks get them as a rectilinear chunk grid
+    rectilinear: bool = False
 
     @property
     def align(self) -> str:
@@ -206,9 +211,21 @@ class DatasetWriter:
                     attrs["_FillValue"] = FillValueCoder.encode(mask, variable.dtype)
         if variable.encoding.pop("_FillValue", None) is not None:
             raise UsageError(f"variable {name!r}: _FillValue belongs in attributes or CF encoding, not Zarr encoding")
+        probe, grid = variable, variable.encoding.get("chunks")
+        if not is_edge_list(grid):  # a rectilinear grid comes from the stored array, or is asked for
+            asked = self.options.rectilinear and is_chunked_array(variable.data) and grid is None
+            grid = dask_chunk_grid(variable.chunks) if asked else None
+        if grid is not None:
+            # xarray refuses rectilinear grids and irregular blocks: it reads the rest of the encoding
+            # off a stand-in without them
+            stand_in = np.broadcast_to(np.zeros((), variable.dtype), variable.shape)
+            encoding = {key: value for key, value in variable.encoding.items() if key != "chunks"}
+            probe = Variable(variable.dims, stand_in, variable.attrs, encoding)
         encoding = extract_zarr_variable_encoding(
-            variable, raise_on_invalid=check_encoding, name=name, zarr_format=self.zarr_format
+            probe, raise_on_invalid=check_encoding, name=name, zarr_format=self.zarr_format
         )
+        if grid is not None:
+            encoding["chunks"] = grid
         region = dict(self.region or {})
         append_dim = self.append_dim
         resized_from = None
@@ -349,6 +366,15 @@ def _check_region_on_grid(array: Array, selection: tuple[slice, ...]) -> None:
     kind = "shard" if array.shards else "chunk"
     for axis, (item, length, size) in enumerate(zip(selection, array.shape, unit)):
         start, stop, _ = item.indices(length)
+        if isinstance(size, tuple):  # a rectilinear axis: the bounds must be chunk boundaries
+            bounds = {0, *itertools.accumulate(size)}
+            if start not in bounds or (stop not in bounds and stop != length):
+                raise ChunkAlignmentError(
+                    f"the region {start}:{stop} on axis {axis} does not start and end on the {kind} boundaries "
+                    f"of {array.name!r}, so a write beside it could rewrite the same {kind}; choose region bounds "
+                    "on them, or pass safe_chunks=False to accept the risk of concurrent region writes"
+                )
+            continue
         if start % size or (stop % size and stop != length):
             raise ChunkAlignmentError(
                 f"the region {start}:{stop} on axis {axis} does not start and end on the {kind} "

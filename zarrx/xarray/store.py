@@ -24,6 +24,7 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
+from zarrx.dask.alignment import grid_blocks
 from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
@@ -193,6 +194,8 @@ class ZarrxDataStore(AbstractDataStore):
         data = indexing.LazilyIndexedArray(ZarrxBackendArray(array))
         # dask blocks follow the stored objects: the shards of a sharded array, else its chunks
         stored = array.shards or array.chunks
+        if stored and isinstance(stored[0], tuple):  # a rectilinear grid: its chunks, cut at the array's end
+            stored = grid_blocks(stored, array.shape)
         encoding: dict[str, Any] = {
             "chunks": array.chunks,
             "preferred_chunks": dict(zip(dimensions, stored)),

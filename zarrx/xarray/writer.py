@@ -90,6 +90,7 @@ def to_zarr(
     write_empty_chunks: bool | None = None,
     safe_chunks: bool = True,
     align_chunks: bool = False,
+    rectilinear: bool = False,
 ) -> Group | Any:
     """Write ``dataset`` to the group ``group`` of ``store`` (``ds.zarrx.to_zarr(...)``).
 
@@ -126,6 +127,10 @@ def to_zarr(
         Store chunks that are all fill value (default: leave them out).
     safe_chunks, align_chunks
         See the module docstring: refuse (default) or rechunk layouts that would race.
+    rectilinear
+        Store a new dask-backed variable whose blocks are irregular (after a filter, a
+        concatenation, a groupby) with its blocks as the chunks -- a rectilinear chunk grid --
+        instead of refusing them (its ``encoding["chunks"]``, when given, still decides).
 
     Returns
     -------
@@ -140,7 +145,7 @@ def to_zarr(
     (('x',), array([0., 1., 2., 3.]))
     """
     mode = choose_mode(mode, append_dim, region)
-    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
         target = _open_target(zstore, group, mode, zarr_format)
@@ -178,6 +183,7 @@ def datatree_to_zarr(
     safe_chunks: bool = True,
     align_chunks: bool = False,
     write_inherited_coords: bool = False,
+    rectilinear: bool = False,
 ) -> Group | Any:
     """Write every node of ``tree`` as a group (``dt.zarrx.to_zarr(...)``).
 
@@ -201,7 +207,7 @@ def datatree_to_zarr(
     unknown = set(encoding) - set(tree.groups)
     if unknown:
         raise UsageError(f"encoding: {sorted(unknown)} are not groups of the tree (its groups: {list(tree.groups)})")
-    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
         root = _open_target(zstore, group, mode, zarr_format)
