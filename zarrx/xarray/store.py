@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from xarray.backends.common import AbstractDataStore, BackendArray
+from xarray.backends.common import NONE_VAR_NAME, AbstractDataStore, BackendArray
 from xarray.backends.zarr import FillValueCoder
 from xarray.core import indexing
 from xarray.core.utils import FrozenDict
@@ -30,13 +30,28 @@ from zarrx.nodes.group import Group
 from zarrx.nodes.prefetch import read_together
 from zarrx.xarray.encoding import codec_encoding
 
-__all__ = ["DIMENSION_KEY", "MissingDimensionsError", "ZarrxBackendArray", "ZarrxDataStore", "dimensions_and_attributes"]
+__all__ = [
+    "DIMENSION_KEY",
+    "NONE_NAME_ATTRIBUTE",
+    "NONE_VARIABLE",
+    "MissingDimensionsError",
+    "ZarrxBackendArray",
+    "ZarrxDataStore",
+    "dimensions_and_attributes",
+]
 
 #: the attribute xarray stores Zarr v2 dimension names in
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
+#: a variable named None is stored under this name with this attribute set to true (xarray's zarr
+#: engine uses "__values__", a name the Zarr spec reserves; both read back as None)
+NONE_VARIABLE = "xarray_none_variable"
+NONE_NAME_ATTRIBUTE = "_xarray_name_is_none"
 
-class MissingDimensionsError(MetadataError):
-    """An array has neither v3 ``dimension_names`` nor a ``_ARRAY_DIMENSIONS`` attribute."""
+
+class MissingDimensionsError(MetadataError, KeyError):
+    """An array has neither v3 ``dimension_names`` nor a ``_ARRAY_DIMENSIONS`` attribute.
+
+    Also a ``KeyError``, which xarray's zarr engine raises in this case."""
 
 
 def _zarr_format(node: Array | Group) -> int:
@@ -94,6 +109,7 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
     """
     attributes = dict(array.attrs)
     stored = attributes.pop(DIMENSION_KEY, None)
+    attributes.pop(NONE_NAME_ATTRIBUTE, None)
     if _zarr_format(array) == 2:
         attributes = {k: v for k, v in attributes.items() if not _is_nc_attribute(k)}
     names = array.dimension_names
@@ -106,9 +122,11 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
     found = f"dimension_names={list(names)!r}" if names is not None else "no dimension_names"
     if stored is not None:
         found += f" and {DIMENSION_KEY}={stored!r}"
+    missing = "`dimension_names` metadata" if _zarr_format(array) == 3 else f"attribute `{DIMENSION_KEY}`,"
     raise MissingDimensionsError(
-        f"array {array.name!r} in {array.store!r} (shape {array.shape}) has {found}: xarray needs one name per "
-        f"dimension. Give it v3 dimension_names (or the {DIMENSION_KEY} attribute for Zarr v2), "
+        f"Zarr object is missing the {missing} which is required for xarray to determine variable dimensions: "
+        f"array {array.name!r} in {array.store!r} (shape {array.shape}) has {found}. Give it one name per "
+        f"dimension (v3 dimension_names, or the {DIMENSION_KEY} attribute for Zarr v2), "
         f"or skip it with drop_variables=[{array.basename!r}]"
     )
 
@@ -122,6 +140,11 @@ def _is_dimension_coordinate(name: str, array: Array) -> bool:
     except MetadataError:
         return False
     return dimensions == (name,)
+
+
+def _variable_key(name: str, array: Array) -> str:
+    """The variable's key for xarray: its name, or xarray's stand-in for None (which xarray decodes)."""
+    return NONE_VAR_NAME if array.attrs.get(NONE_NAME_ATTRIBUTE) is True else name
 
 
 def _decode_fill_value_attribute(value: Any, dtype: np.dtype) -> Any:
@@ -147,9 +170,12 @@ class ZarrxDataStore(AbstractDataStore):
         False for v3 (xarray's defaults).
     drop_variables
         Arrays never opened (nor checked for dimension names).
+    cache_members
+        List the group's children once (True, engine="zarr"'s default) or at every look (False),
+        to see arrays another writer adds meanwhile.
     """
 
-    __slots__ = ("group", "use_zarr_fill_value_as_mask", "_drop", "_members", "_codec_encodings")
+    __slots__ = ("group", "use_zarr_fill_value_as_mask", "cache_members", "_drop", "_members", "_codec_encodings")
 
     def __init__(
         self,
@@ -157,8 +183,10 @@ class ZarrxDataStore(AbstractDataStore):
         *,
         use_zarr_fill_value_as_mask: bool | None = None,
         drop_variables: str | Iterable[str] | None = None,
+        cache_members: bool = True,
     ) -> None:
         self.group = group
+        self.cache_members = bool(cache_members)
         if use_zarr_fill_value_as_mask is None:
             use_zarr_fill_value_as_mask = _zarr_format(group) == 2
         self.use_zarr_fill_value_as_mask = bool(use_zarr_fill_value_as_mask)
@@ -173,8 +201,8 @@ class ZarrxDataStore(AbstractDataStore):
 
     @property
     def members(self) -> dict[str, Array | Group]:
-        """The group's children by name, read once."""
-        if self._members is None:
+        """The group's children by name, read once (at every look without ``cache_members``)."""
+        if self._members is None or not self.cache_members:
             self._members = dict(self.group.members())
         return self._members
 
@@ -224,7 +252,9 @@ class ZarrxDataStore(AbstractDataStore):
         # the first of those reads fetches them all in one batch (one round trip, not one each)
         indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
         arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
-        return FrozenDict((name, self.open_store_variable(name, array)) for name, array in arrays.items())
+        return FrozenDict(
+            (_variable_key(name, array), self.open_store_variable(name, array)) for name, array in arrays.items()
+        )
 
     def get_attrs(self) -> dict[str, Any]:
         return {k: v for k, v in self.group.attrs.asdict().items() if not _is_nc_attribute(k)}
@@ -246,6 +276,9 @@ class ZarrxDataStore(AbstractDataStore):
         yield path, self
         for name, child in self.groups.items():
             store = ZarrxDataStore(
-                child, use_zarr_fill_value_as_mask=self.use_zarr_fill_value_as_mask, drop_variables=self._drop
+                child,
+                use_zarr_fill_value_as_mask=self.use_zarr_fill_value_as_mask,
+                drop_variables=self._drop,
+                cache_members=self.cache_members,
             )
             yield from store.walk(f"{path.rstrip('/')}/{name}")

@@ -67,9 +67,15 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     if mode not in MODES:
         raise UsageError(f"mode: expected one of {MODES}, found {mode!r}")
     if append_dim is not None and mode not in ("a", "a-"):
-        raise UsageError(f"append_dim={append_dim!r} needs mode 'a' or 'a-' (or None), found mode={mode!r}")
+        raise UsageError(
+            f"cannot set append_dim unless mode='a' or mode=None (or mode='a-'): append_dim={append_dim!r} "
+            f"grows the stored arrays, found mode={mode!r}"
+        )
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise UsageError(f"region needs mode 'a', 'a-' or 'r+' (or None), found mode={mode!r}")
+        raise UsageError(
+            f"cannot set region unless mode='a', mode='a-', mode='r+' or mode=None: a region is written into "
+            f"existing arrays, found mode={mode!r}"
+        )
     return mode
 
 
