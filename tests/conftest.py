@@ -117,11 +117,20 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """xarray's ``skip_if_param`` mark: skip a parametrized test whose parameters match the mark's.
 
-    A peer-suite module's ``DIFFERENCES`` (test name -> reason) marks those tests
-    ``xfail(strict=True)``: the intentional differences from the peer, which must keep failing."""
+    A peer-suite module's ``DIFFERENCES`` (test name, or name with parameters -> reason) marks
+    those tests ``xfail(strict=True)``: the intentional differences from the peer, which must
+    keep failing. Its ``NOT_APPLICABLE`` (test name -> reason) deselects tests that check the
+    peer's own internals (calls into zarr-python's classes); the module has a zarrx equivalent
+    of each."""
+    deselected = []
     for item in items:
-        differences = getattr(getattr(item, "module", None), "DIFFERENCES", {})
-        reason = differences.get(getattr(item, "originalname", item.name))
+        module = getattr(item, "module", None)
+        name = getattr(item, "originalname", item.name)
+        if name in getattr(module, "NOT_APPLICABLE", {}) and isinstance(item, pytest.Function) and item.cls is not None:
+            deselected.append(item)
+            continue
+        differences = getattr(module, "DIFFERENCES", {})
+        reason = differences.get(item.name, differences.get(name))
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -130,6 +139,10 @@ def pytest_collection_modifyitems(config, items):
             matches = all(k in params and params[k] == v for k, v in wanted.items())
             if wanted and matches and mark.kwargs.get("condition", True):
                 item.add_marker(pytest.mark.skip(reason=mark.kwargs.get("reason", "skip_if_param")))
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
 
 
 def pytest_runtest_setup(item):

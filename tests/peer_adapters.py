@@ -26,25 +26,26 @@ from xarray.backends import plugins
 
 import zarrx
 
-__all__ = ["route_xarray_to_zarrx", "route_dask_to_zarrx"]
+__all__ = ["route_xarray_to_zarrx", "route_dask_to_zarrx", "with_default_format"]
 
 
-def _with_default_format(kwargs: dict[str, Any]) -> dict[str, Any]:
+def with_default_format(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with zarr-python's default Zarr format when they give none."""
     if kwargs.get("zarr_format") is None:
         kwargs["zarr_format"] = zarr.config.get("default_zarr_format")
     return kwargs
 
 
 def _dataset_to_zarr(self: xr.Dataset, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **_with_default_format(kwargs))
+    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
 
 
 def _dataarray_to_zarr(self: xr.DataArray, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **_with_default_format(kwargs))
+    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
 
 
 def _datatree_to_zarr(self: xr.DataTree, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **_with_default_format(kwargs))
+    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
 
 
 def _zarrx_for_zarr(get_backend: Any) -> Any:

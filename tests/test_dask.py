@@ -285,7 +285,9 @@ def test_to_zarr_refuses_blocks_that_do_not_line_up_with_the_chunks_it_is_given(
 
 def test_to_zarr_argument_errors():
     x = da.from_array(DATA, chunks=(10, 6))
-    with pytest.raises(UsageError, match="shards=.*needs chunks="):
+    # shards without chunks: the first block (dividing the shard) is the chunk; the blocks still
+    # have to line up with the shards
+    with pytest.raises(ChunkAlignmentError, match=r"shard shape \(20, 12\)"):
         zarrx.to_zarr(x, {}, shards=(20, 12))
     with pytest.raises(UsageError, match="shape"):
         zarrx.to_zarr(x, {}, shape=(1, 2))
@@ -376,20 +378,24 @@ def test_repeating_a_write_writes_again():
     x = da.from_array(DATA, chunks=(10, 6))
     first = zarrx.to_zarr(x, target, compute=False)
     second = zarrx.to_zarr(x, target, compute=False)
-    assert first.key != second.key
+    assert first.name != second.name
     first.compute()
     target[...] = 0
     second.compute()
     np.testing.assert_array_equal(target[...], DATA)
 
 
-def test_compute_false_returns_a_delayed_that_writes():
+def test_compute_false_returns_what_dask_array_store_returns():
     store = MemoryStore()
-    delayed = zarrx.to_zarr(da.from_array(DATA, chunks=(10, 6)), store, compute=False)
-    assert isinstance(delayed, Delayed)
+    x = da.from_array(DATA, chunks=(10, 6))
+    lazy = zarrx.to_zarr(x, store, compute=False)
+    # dask.array.store(compute=False): a dask array with the source's blocks whose tasks write
+    expected = da.store(x, np.empty(DATA.shape, DATA.dtype), compute=False)
+    assert isinstance(lazy, da.Array) and isinstance(expected, da.Array)
+    assert lazy.chunks == expected.chunks == x.chunks and lazy.dtype == expected.dtype
     assert zarrx.open_array(store).shape == DATA.shape  # the metadata is written at once
     assert chunk_keys(store) == []  # the data only when computed
-    assert delayed.compute() is None
+    assert lazy.compute().size == expected.compute().size == 0  # nothing held, as dask's
     np.testing.assert_array_equal(zarrx.open_array(store)[...], DATA)
 
     # region writes too, and several together
@@ -453,7 +459,7 @@ def test_distributed_cluster_with_worker_processes(tmp_path):
         delayed = zarrx.to_zarr(x * 2, url, "b", compute=False)
         future = client.compute(delayed)
         distributed.progress(future)  # the text progress bar in a script; must not break anything
-        assert future.result() is None
+        assert future.result().size == 0  # dask.array.store(compute=False)'s empty result
         np.testing.assert_array_equal(zarrx.open_array(url, "b")[...], data * 2)
 
         y = zarrx.from_zarr(url, "a")

@@ -26,6 +26,7 @@ from zarrx.xarray.backend import (
     ZarrxDataStore,
     open_zarrx_group,
 )
+from zarrx.xarray.writable import ZarrxWritableDataStore
 from zarrx.xarray.writer import dataarray_to_zarr, datatree_to_zarr, to_zarr
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "ZarrxDataStore",
     "ZarrxDataTreeAccessor",
     "ZarrxDatasetAccessor",
+    "ZarrxWritableDataStore",
     "dataarray_to_zarr",
     "datatree_to_zarr",
     "open_zarrx_group",

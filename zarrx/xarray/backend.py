@@ -206,13 +206,18 @@ def open_data_store(
         raise UsageError(
             f"mode: opening a dataset reads an existing group, so mode is one of {READ_MODES}, found {mode!r}"
         )
-    zgroup = open_zarrx_group(
-        filename_or_obj,
-        group,
-        consolidated=consolidated,
-        storage_options=storage_options,
-        zarr_format=zarr_format,
-    )
+    try:
+        zgroup = open_zarrx_group(
+            filename_or_obj,
+            group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
+    except NodeNotFoundError as error:
+        # xarray's words for it, which users (and xarray's tests) match
+        where = "/" + _group_path(group)
+        raise NodeNotFoundError(f"No group found in store {filename_or_obj!r} at {where!r}: {error}") from None
     if consolidated is None and not zgroup.is_consolidated:
         warnings.warn(f"{UNCONSOLIDATED_WARNING} (group {zgroup.name!r} in {zgroup.store!r})", RuntimeWarning, stacklevel=2)
     return ZarrxDataStore(

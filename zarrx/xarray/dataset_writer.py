@@ -176,9 +176,10 @@ class DatasetWriter:
                 variable.load()  # nothing to write in parallel; dask cannot store zero-size blocks
         for name, var_encoding in encoding.items():
             variables[name].encoding = var_encoding
-        self._store(variables, attributes, check_encoding=set(encoding))
+        self.store_variables(variables, attributes, check_encoding=set(encoding))
 
-    def _store(self, variables: dict[Hashable, Variable], attributes: dict, check_encoding: set) -> None:
+    def store_variables(self, variables: dict[Hashable, Variable], attributes: dict, check_encoding: set) -> None:
+        """Write CF-coordinate-encoded ``variables`` and ``attributes``: the body of xarray's ``ZarrStore.store``."""
         existing_names = [name for name in variables if name in self.existing]
         new_names = [name for name in variables if name not in self.existing]
         if self.mode == "r+" and new_names:
@@ -262,8 +263,10 @@ class DatasetWriter:
                 array.resize(resized_from)
             elif name not in self.existing:
                 del self.group[array.basename]
+            grid = f"shards={array.shards}" if array.shards else f"encoding['chunks']={array.chunks}"
             raise ChunkAlignmentError(
-                f"variable {name!r}: {error} (to_zarr's align_chunks=True rechunks onto the grid)"
+                f"Specified Zarr chunks ({grid}) for variable named {name!r} would overlap multiple Dask chunks: "
+                f"{error} (to_zarr's align_chunks=True rechunks onto the grid)"
             ) from None
 
     def _create(self, name: Hashable, variable: Variable, fill_value: Any, encoding: dict, attrs: dict) -> Array:

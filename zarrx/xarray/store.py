@@ -13,6 +13,7 @@ writer use this store.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -72,6 +73,7 @@ class ZarrxBackendArray(BackendArray):
 
     Outer and vectorized keys are read natively (``oindex``/``vindex``); only a vectorized key
     mixing slices and arrays is read as its outer bounding selection, then indexed in memory.
+    ``async_getitem`` serves xarray's asynchronous loading (``ds.load_async()``).
     """
 
     __slots__ = ("_array", "dtype", "shape")
@@ -93,6 +95,11 @@ class ZarrxBackendArray(BackendArray):
         result = indexing.explicit_indexing_adapter(key, self.shape, support, lambda raw: method(raw or Ellipsis))
         # integer-only keys give NumPy scalars (or str); xarray wants arrays of the array's dtype
         return result if isinstance(result, np.ndarray) else np.asarray(result, dtype=self.dtype)
+
+    async def async_getitem(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        """``self[key]`` for xarray's ``load_async``: the read runs on a worker thread, so the
+        variables loaded together (``asyncio.gather``) read concurrently, each in one batch."""
+        return await asyncio.to_thread(self.__getitem__, key)
 
 
 # -- variables -------------------------------------------------------------------------------------

@@ -147,9 +147,9 @@ def to_zarr(
     mode = choose_mode(mode, append_dim, region)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    target = _open_target(zstore, group, mode, zarr_format)
+    target = open_target(zstore, group, mode, zarr_format)
     DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
-    _consolidate(zstore, consolidated, mode)
+    consolidate_after_write(zstore, consolidated, mode)
     return _finish(target, options, compute)
 
 
@@ -207,7 +207,7 @@ def datatree_to_zarr(
         raise UsageError(f"encoding: {sorted(unknown)} are not groups of the tree (its groups: {list(tree.groups)})")
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    root = _open_target(zstore, group, mode, zarr_format)
+    root = open_target(zstore, group, mode, zarr_format)
     for relative, node in tree.subtree_with_keys:
         at_root = node is tree
         dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
@@ -217,12 +217,13 @@ def datatree_to_zarr(
         node_append_dim = append_dim if append_dim in dataset.dims else None
         writer = DatasetWriter(target, options, append_dim=node_append_dim)
         writer.write(dataset, region=region, encoding=encoding.get(node.path))
-    _consolidate(zstore, consolidated, mode)
+    consolidate_after_write(zstore, consolidated, mode)
     return _finish(root, options, compute)
 
 
 # -- opening the target ----------------------------------------------------------------------------
-def _open_target(store: Store, group: str | None, mode: str, zarr_format: int | None) -> Group:
+def open_target(store: Store, group: str | None, mode: str, zarr_format: int | None) -> Group:
+    """The group ``group`` of ``store`` opened (or created) for a write in ``mode``."""
     path = "" if group is None else str(group).strip("/")
     kwargs = {} if zarr_format is None else {"zarr_format": zarr_format}
     return open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
@@ -237,7 +238,7 @@ def _child_group(root: Group, relative: str, mode: str) -> Group:
     return root.require_group(relative)
 
 
-def _consolidate(store: Store, consolidated: bool | None, mode: str) -> None:
+def consolidate_after_write(store: Store, consolidated: bool | None, mode: str) -> None:
     """Write (or refresh) the root's consolidated metadata after a write that changed metadata."""
     if mode == "r+":
         return  # region writes change no metadata
