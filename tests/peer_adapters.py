@@ -17,6 +17,7 @@ writer when a test gives none, as xarray's writer takes it from zarr-python.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import dask.array as da
@@ -30,22 +31,31 @@ __all__ = ["route_xarray_to_zarrx", "route_dask_to_zarrx", "with_default_format"
 
 
 def with_default_format(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with zarr-python's default Zarr format when they give none."""
-    if kwargs.get("zarr_format") is None:
+    """``kwargs`` with zarr-python's default Zarr format when they give none and the write creates
+    the group (modes ``w``, ``w-``): xarray's writer takes that default from zarr-python, and
+    finds an existing group's format itself, as zarrx's does."""
+    appends = kwargs.get("append_dim") is not None or kwargs.get("region") is not None
+    creates = kwargs.get("mode") in ("w", "w-") or (kwargs.get("mode") is None and not appends)
+    if kwargs.get("zarr_format") is None and creates:
         kwargs["zarr_format"] = zarr.config.get("default_zarr_format")
     return kwargs
 
 
+def _keywords(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a ``to_zarr`` call (positional arguments named as ``method`` names them)."""
+    return with_default_format(dict(inspect.signature(method).bind_partial(*args, **kwargs).arguments))
+
+
 def _dataset_to_zarr(self: xr.Dataset, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
+    return self.zarrx.to_zarr(**_keywords(self.zarrx.to_zarr, args, kwargs))
 
 
 def _dataarray_to_zarr(self: xr.DataArray, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
+    return self.zarrx.to_zarr(**_keywords(self.zarrx.to_zarr, args, kwargs))
 
 
 def _datatree_to_zarr(self: xr.DataTree, *args: Any, **kwargs: Any) -> Any:
-    return self.zarrx.to_zarr(*args, **with_default_format(kwargs))
+    return self.zarrx.to_zarr(**_keywords(self.zarrx.to_zarr, args, kwargs))
 
 
 def _zarrx_for_zarr(get_backend: Any) -> Any:
