@@ -30,9 +30,9 @@ import numpy as np
 from dask.blockwise import blockwise
 from dask.highlevelgraph import HighLevelGraph
 
-from zarrx.dask.alignment import align_blocks, regular_size
+from zarrx.dask.alignment import align_blocks, regular_size, warn_partial_objects
 from zarrx.dask.read import BlockSelections
-from zarrx.errors import ReadOnlyError, UsageError
+from zarrx.errors import NodeNotFoundError, ReadOnlyError, UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.write import write_selection
@@ -170,16 +170,27 @@ def to_zarr(
         if create_kwargs or overwrite:
             given = ", ".join(sorted([*create_kwargs, *(["overwrite"] if overwrite else [])]))
             raise UsageError(f"{given}: only for creating an array; region= writes into the existing one")
-        array = store if isinstance(store, Array) else open_array(store, path, mode="r+", storage_options=storage_options)
+        array = store if isinstance(store, Array) else _existing_array(store, path, storage_options, region)
         if array.read_only:
             raise ReadOnlyError(f"array {array.name!r} was opened read-only; open it with mode='r+' to write to it")
         offsets = _parse_region(() if region is None else region, array, x.shape)
+        warn_partial_objects(array, offsets, x.shape)
     x = align_blocks(x, array, offsets, strategy)
     written = _write_graph(x, array, offsets, return_stored=return_stored and not compute)
     if not compute:
         return written
     dask.compute(written)
     return _read_graph(x, array, offsets) if return_stored else array
+
+
+def _existing_array(store: Any, path: str, storage_options: dict[str, Any] | None, region: Any) -> Array:
+    try:
+        return open_array(store, path, mode="r+", storage_options=storage_options)
+    except NodeNotFoundError as error:
+        raise UsageError(
+            f"Cannot use `region` keyword when there is no array to write into: region={region!r} writes into "
+            f"an existing array, and {error}; create the array first, or write without region"
+        ) from None
 
 
 def _alignment(align: str | None, safe_chunks: bool, align_chunks: bool) -> str:
