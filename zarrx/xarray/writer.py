@@ -48,6 +48,7 @@ from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
+from zarrx.xarray.validation import check_encoding_argument, check_names
 
 __all__ = ["MODES", "to_zarr", "dataarray_to_zarr", "datatree_to_zarr"]
 
@@ -154,6 +155,9 @@ def to_zarr(
     (('x',), array([0., 1., 2., 3.]))
     """
     mode = choose_mode(mode, append_dim, region)
+    # arguments are checked before the store is touched (mode "w" replaces the group)
+    check_names(dataset)
+    encoding = check_encoding_argument(encoding, dataset)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     target = open_target(zstore, group, mode, zarr_format)
@@ -220,6 +224,10 @@ def datatree_to_zarr(
             f"unexpected encoding group name(s) provided: {unknown}: they are not groups of the tree (its "
             f"groups: {list(tree.groups)})"
         )
+    for path, node in tree.subtree_with_keys:
+        # arguments are checked before the store is touched (mode "w" replaces the group)
+        check_names(node.dataset)
+        check_encoding_argument(encoding.get(node.path), node.to_dataset(inherit=True))
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
     root = open_target(zstore, group, mode, zarr_format)
