@@ -79,7 +79,7 @@ class ZarrPythonStore(Store):
 
     @property
     def location(self) -> Any:
-        return ("zarr-python", id(self._store))
+        return ("zarr-python", self._store)
 
     # -- running coroutines ------------------------------------------------------
     @staticmethod
@@ -111,7 +111,7 @@ class ZarrPythonStore(Store):
 
     async def _get(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
         if isinstance(byte_range, RangeByteRequest) and byte_range.end <= byte_range.start:
-            return b""
+            return b"" if await self._store.exists(key) else None  # an empty range reads nothing
         try:
             value = await self._store.get(key, self._prototype(), self._byte_request(byte_range))
         except (OSError, ValueError) as error:
@@ -158,12 +158,23 @@ class ZarrPythonStore(Store):
         self._check_writable(validate_key(key))
         self._run(self._store.delete(key))
 
+    def delete_prefix(self, prefix: str) -> None:
+        self._check_writable(validate_prefix(prefix))
+        keys = list(self.list_prefix(prefix))
+
+        async def gather() -> None:
+            await asyncio.gather(*(self._store.delete(key) for key in keys))
+
+        self._run(gather())
+
     # -- listing -----------------------------------------------------------------
     def list_prefix(self, prefix: str) -> Iterator[str]:
         validate_prefix(prefix)
+        # zarr-python's stores list folders; a prefix here is a string prefix ("a/b" finds "a/bc/...")
+        folder = prefix.rpartition("/")[0] + "/" if "/" in prefix else ""
 
         async def collect() -> list[str]:
-            return [key async for key in self._store.list_prefix(prefix)]
+            return [key async for key in self._store.list_prefix(folder) if key.startswith(prefix)]
 
         return iter(self._run(collect()))
 
@@ -177,10 +188,13 @@ class ZarrPythonStore(Store):
         return sorted(set(self._run(collect())))
 
     def __repr__(self) -> str:
-        return f"ZarrPythonStore({self._store!r})"
+        flag = ", read_only=True" if self.read_only else ""
+        return f"ZarrPythonStore({self._store!r}{flag})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ZarrPythonStore) and other._store is self._store
+        return (
+            isinstance(other, ZarrPythonStore) and other._store == self._store and other.read_only == self.read_only
+        )
 
     def __hash__(self) -> int:
-        return hash((ZarrPythonStore, id(self._store)))
+        return hash((ZarrPythonStore, repr(self._store), self.read_only))
