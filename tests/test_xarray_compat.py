@@ -23,6 +23,7 @@ from xarray.backends.zarr import ZarrBackendEntrypoint
 import zarrx
 from zarrx.errors import NameNotFoundError, UsageError, UsageTypeError, ZarrxError
 from zarrx.xarray import MissingDimensionsError, ZarrxBackendEntrypoint
+from zarrx.xarray.backend import open_data_store
 from zarrx.xarray.accessor import ZarrxDataArrayAccessor, ZarrxDatasetAccessor, ZarrxDataTreeAccessor
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*consolidated metadata:RuntimeWarning")
@@ -74,10 +75,11 @@ def test_the_datatree_accessor_takes_datatree_to_zarrs_arguments_in_its_order():
 
 @pytest.mark.parametrize("method", ["open_dataset", "open_datatree", "open_groups_as_dict"])
 def test_every_keyword_of_engine_zarr_is_a_keyword_of_engine_zarrx(method):
-    ours = inspect.signature(getattr(ZarrxBackendEntrypoint, method)).parameters
+    ours = set(inspect.signature(getattr(ZarrxBackendEntrypoint, method)).parameters)
     theirs = inspect.signature(getattr(ZarrBackendEntrypoint, method)).parameters
-    if method == "open_datatree":  # it passes its keywords to open_groups_as_dict
-        ours = inspect.signature(ZarrxBackendEntrypoint.open_groups_as_dict).parameters
+    if method != "open_dataset":  # the groups are opened with open_data_store's keywords
+        ours |= set(inspect.signature(ZarrxBackendEntrypoint.open_groups_as_dict).parameters)
+        ours |= set(inspect.signature(open_data_store).parameters)
     missing = [name for name in theirs if name not in ours and name != "self"]
     assert missing == []
 

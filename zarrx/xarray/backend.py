@@ -333,33 +333,12 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
         drop_variables: str | Iterable[str] | None = None,
         use_cftime: bool | None = None,
         decode_timedelta: bool | None = None,
-        group: str | None = None,
-        mode: str = "r",
-        consolidated: bool | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        zarr_format: int | None = None,
-        use_zarr_fill_value_as_mask: bool | None = None,
-        cache_members: bool = True,
-        synchronizer: Any = None,
-        chunk_store: Any = None,
-        zarr_version: int | None = None,
+        **open_options: Any,
     ) -> dict[str, Dataset]:
         """Every group at or below ``group`` as a Dataset, keyed ``"/"``, ``"/a"``, ``"/a/b"`` ...
-        relative to ``group``."""
-        root = open_data_store(
-            filename_or_obj,
-            group=group,
-            mode=mode,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-            cache_members=cache_members,
-            drop_variables=drop_variables,
-            synchronizer=synchronizer,
-            chunk_store=chunk_store,
-            zarr_version=zarr_version,
-        )
+        relative to ``group``. ``open_options`` are :func:`open_data_store`'s (``group``, ``mode``,
+        ``consolidated``, ``cache_members``, ...)."""
+        root = open_data_store(filename_or_obj, drop_variables=drop_variables, **open_options)
         return {
             path: _decode(
                 store,
