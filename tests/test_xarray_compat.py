@@ -40,14 +40,20 @@ def test_import_zarrx_does_not_import_xarray():
 
 @pytest.mark.parametrize(
     "imports",
-    ["import zarrx; import xarray as xr", "import xarray as xr; import zarrx", "import zarrx; from xarray import Dataset"],
+    [
+        "import zarrx; import xarray as xr",
+        "import xarray as xr; import zarrx",
+        "import zarrx; from xarray import Dataset",
+        "import zarrx; import dask.array",  # dask.array imports xarray while dask.array is half imported
+    ],
 )
 def test_the_accessors_exist_after_import_zarrx_whatever_the_order(imports):
     code = (
         f"{imports}\nimport xarray as xr\n"
-        "print(all(hasattr(obj, 'zarrx') for obj in (xr.Dataset(), xr.DataArray(1), xr.DataTree())))"
+        "print(all(hasattr(obj, 'zarrx') for obj in (xr.Dataset(), xr.DataArray(1), xr.DataTree())), "
+        "hasattr(xr, 'backends') and hasattr(xr, 'coding'))"
     )
-    assert _run(code) == "True"
+    assert _run(code) == "True True"
 
 
 # -- signatures ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from typing import Any
 
 from zarrx.nodes import conveniences
@@ -61,7 +62,15 @@ class _AccessorLoader(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
         sys.modules[module.__name__] = module  # importlib puts it there after exec; the accessors need it now
-        importlib.import_module(_ACCESSORS)
+        try:
+            importlib.import_module(_ACCESSORS)
+        except Exception as error:  # xarray itself imported fine: never make its import fail
+            warnings.warn(
+                f"zarrx could not register the .zarrx accessors of xarray objects ({error!r}); "
+                "import zarrx.xarray to register them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def __getattr__(self, name: str) -> Any:  # resources, get_code, is_package ...: xarray's loader answers
         return getattr(self._loader, name)

@@ -2,53 +2,59 @@
 ``dt.zarrx.to_zarr``.
 
 Each ``to_zarr`` has the signature of the xarray method it stands in for (``Dataset.to_zarr``,
-``DataArray.to_zarr``, ``DataTree.to_zarr``), so switching is a matter of adding ``.zarrx``.
-The signatures are those of :func:`zarrx.xarray.writer.to_zarr` and
-:func:`zarrx.xarray.writer.datatree_to_zarr` (without their first argument), which describe
-every parameter.
+``DataArray.to_zarr``, ``DataTree.to_zarr``), so switching is a matter of adding ``.zarrx``;
+the parameters are described in :func:`zarrx.xarray.writer.to_zarr` and
+:func:`zarrx.xarray.writer.datatree_to_zarr`.
 
 Importing this module registers them (xarray's ``register_*_accessor``). ``import zarrx``
 imports it as soon as xarray is imported (or at once when it already is), so ``ds.zarrx``
-exists in every session that uses xarray.
+exists in every session that uses xarray. That may happen while another library is being
+imported (``dask.array`` imports xarray), so this module imports nothing but xarray: the
+writers are imported when ``to_zarr`` is called.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable
+from collections.abc import Hashable, Mapping
+from typing import Any, Literal
 
 import xarray as xr
 
-from zarrx.xarray.writer import dataarray_to_zarr, datatree_to_zarr, to_zarr
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zarrx.nodes.group import Group
 
 __all__ = ["ZarrxDatasetAccessor", "ZarrxDataArrayAccessor", "ZarrxDataTreeAccessor"]
 
-
-def _writer_method(write: Callable[..., Any], signature_of: Callable[..., Any], doc: str) -> Callable[..., Any]:
-    """A ``to_zarr`` method calling ``write(obj, ...)``, with ``signature_of``'s parameters after its first."""
-
-    def to_zarr(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return write(self._obj, *args, **kwargs)
-
-    parameters = list(inspect.signature(signature_of).parameters.values())[1:]
-    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    to_zarr.__signature__ = inspect.signature(signature_of).replace(parameters=[self_parameter, *parameters])
-    to_zarr.__doc__ = doc
-    return to_zarr
-
-
-class _Accessor:
-    def __init__(self, obj: Any) -> None:
-        self._obj = obj
+Region = Mapping[Hashable, slice | Literal["auto"]] | Literal["auto"] | None
 
 
 @xr.register_dataset_accessor("zarrx")
-class ZarrxDatasetAccessor(_Accessor):
+class ZarrxDatasetAccessor:
     """``ds.zarrx``: zarrx's writer for a Dataset."""
 
-    to_zarr = _writer_method(
-        to_zarr,
-        to_zarr,
+    def __init__(self, dataset: xr.Dataset) -> None:
+        self._dataset = dataset
+
+    def to_zarr(
+        self,
+        store: Any = None,
+        mode: str | None = None,
+        group: str | None = None,
+        encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+        *,
+        compute: bool = True,
+        consolidated: bool | None = None,
+        append_dim: Hashable | None = None,
+        region: Region = None,
+        safe_chunks: bool = True,
+        align_chunks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        zarr_format: int | None = None,
+        write_empty_chunks: bool | None = None,
+        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+    ) -> "Group | Any":
         """Write the Dataset to a Zarr group with zarrx: ``Dataset.to_zarr``'s signature.
 
         ``store`` is a path, an fsspec URL, a dict, a zarrx Store or a zarr-python store;
@@ -68,22 +74,58 @@ class ZarrxDatasetAccessor(_Accessor):
         >>> ds = xr.Dataset({"t": ("x", np.arange(4.0))})
         >>> ds.zarrx.to_zarr("memory://example-accessor", mode="w")["t"][:]
         array([0., 1., 2., 3.])
-        """,
-    )
+        """
+        from zarrx.xarray.writer import to_zarr
+
+        return to_zarr(
+            self._dataset,
+            store,
+            mode,
+            group,
+            encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+        )
 
 
 @xr.register_dataarray_accessor("zarrx")
-class ZarrxDataArrayAccessor(_Accessor):
+class ZarrxDataArrayAccessor:
     """``da.zarrx``: zarrx's writer for a DataArray (stored as a one-variable Dataset)."""
 
-    to_zarr = _writer_method(
-        dataarray_to_zarr,
-        to_zarr,
+    def __init__(self, array: xr.DataArray) -> None:
+        self._array = array
+
+    def to_zarr(
+        self,
+        store: Any = None,
+        mode: str | None = None,
+        group: str | None = None,
+        encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+        *,
+        compute: bool = True,
+        consolidated: bool | None = None,
+        append_dim: Hashable | None = None,
+        region: Region = None,
+        safe_chunks: bool = True,
+        align_chunks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        zarr_format: int | None = None,
+        write_empty_chunks: bool | None = None,
+        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+    ) -> "Group | Any":
         """Write the DataArray with zarrx: ``DataArray.to_zarr``'s signature.
 
         The array is stored as a one-variable Dataset; ``xr.open_dataarray(store,
         engine="zarrx")`` gives it back with its name (None included). The parameters are
-        :func:`zarrx.xarray.writer.to_zarr`'s.
+        :meth:`ZarrxDatasetAccessor.to_zarr`'s.
 
         Examples
         --------
@@ -91,17 +133,54 @@ class ZarrxDataArrayAccessor(_Accessor):
         >>> group = xr.DataArray([1, 2], dims="x", name="n").zarrx.to_zarr("memory://example-da", mode="w")
         >>> group["n"][:]
         array([1, 2])
-        """,
-    )
+        """
+        from zarrx.xarray.writer import dataarray_to_zarr
+
+        return dataarray_to_zarr(
+            self._array,
+            store,
+            mode,
+            group,
+            encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+        )
 
 
 @xr.register_datatree_accessor("zarrx")
-class ZarrxDataTreeAccessor(_Accessor):
+class ZarrxDataTreeAccessor:
     """``dt.zarrx``: zarrx's writer for a DataTree (one group per node)."""
 
-    to_zarr = _writer_method(
-        datatree_to_zarr,
-        datatree_to_zarr,
+    def __init__(self, tree: xr.DataTree) -> None:
+        self._tree = tree
+
+    def to_zarr(
+        self,
+        store: Any = None,
+        mode: str | None = None,
+        encoding: Mapping[str, Mapping[Hashable, Mapping[str, Any]]] | None = None,
+        consolidated: bool | None = True,
+        group: str | None = None,
+        write_inherited_coords: bool = False,
+        compute: bool = True,
+        *,
+        append_dim: Hashable | None = None,
+        region: Region = None,
+        safe_chunks: bool = True,
+        align_chunks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        zarr_format: int | None = None,
+        write_empty_chunks: bool | None = None,
+        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+    ) -> "Group | Any":
         """Write every node of the tree as a group with zarrx: ``DataTree.to_zarr``'s signature.
 
         ``mode`` None is ``w-`` (xarray's default), or ``a`` with ``append_dim``, ``r+`` with
@@ -117,5 +196,24 @@ class ZarrxDataTreeAccessor(_Accessor):
         >>> root = tree.zarrx.to_zarr("memory://example-dt", mode="w")
         >>> sorted(root)
         ['a', 'child']
-        """,
-    )
+        """
+        from zarrx.xarray.writer import datatree_to_zarr
+
+        return datatree_to_zarr(
+            self._tree,
+            store,
+            mode,
+            encoding,
+            consolidated,
+            group,
+            write_inherited_coords,
+            compute,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+        )
