@@ -34,8 +34,13 @@ Region = Mapping[Hashable, slice | Literal["auto"]] | Literal["auto"] | None
 class ZarrxDatasetAccessor:
     """``ds.zarrx``: zarrx's writer for a Dataset."""
 
-    def __init__(self, dataset: xr.Dataset) -> None:
-        self._dataset = dataset
+    def __init__(self, obj: xr.Dataset) -> None:
+        self._obj = obj
+
+    def _write(self, *args: Any, **kwargs: Any) -> Any:
+        from zarrx.xarray.writer import to_zarr
+
+        return to_zarr(self._obj, *args, **kwargs)
 
     def to_zarr(
         self,
@@ -55,7 +60,9 @@ class ZarrxDatasetAccessor:
         write_empty_chunks: bool | None = None,
         chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
     ) -> "Group | Any":
-        """Write the Dataset to a Zarr group with zarrx: ``Dataset.to_zarr``'s signature.
+        """Write the Dataset to a Zarr group with zarrx: ``Dataset.to_zarr``'s signature (and
+        ``DataArray.to_zarr``'s signature for ``da.zarrx.to_zarr``, which stores the array as a
+        one-variable Dataset that ``xr.open_dataarray(store, engine="zarrx")`` gives back).
 
         ``store`` is a path, an fsspec URL, a dict, a zarrx Store or a zarr-python store;
         ``mode`` is ``w``, ``w-``, ``a``, ``a-`` or ``r+`` (None: ``w-``, ``a`` with
@@ -74,11 +81,10 @@ class ZarrxDatasetAccessor:
         >>> ds = xr.Dataset({"t": ("x", np.arange(4.0))})
         >>> ds.zarrx.to_zarr("memory://example-accessor", mode="w")["t"][:]
         array([0., 1., 2., 3.])
+        >>> xr.DataArray([1, 2], dims="x", name="n").zarrx.to_zarr("memory://example-da", mode="w")["n"][:]
+        array([1, 2])
         """
-        from zarrx.xarray.writer import to_zarr
-
-        return to_zarr(
-            self._dataset,
+        return self._write(
             store,
             mode,
             group,
@@ -97,62 +103,13 @@ class ZarrxDatasetAccessor:
 
 
 @xr.register_dataarray_accessor("zarrx")
-class ZarrxDataArrayAccessor:
+class ZarrxDataArrayAccessor(ZarrxDatasetAccessor):
     """``da.zarrx``: zarrx's writer for a DataArray (stored as a one-variable Dataset)."""
 
-    def __init__(self, array: xr.DataArray) -> None:
-        self._array = array
-
-    def to_zarr(
-        self,
-        store: Any = None,
-        mode: str | None = None,
-        group: str | None = None,
-        encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
-        *,
-        compute: bool = True,
-        consolidated: bool | None = None,
-        append_dim: Hashable | None = None,
-        region: Region = None,
-        safe_chunks: bool = True,
-        align_chunks: bool = False,
-        storage_options: Mapping[str, Any] | None = None,
-        zarr_format: int | None = None,
-        write_empty_chunks: bool | None = None,
-        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
-    ) -> "Group | Any":
-        """Write the DataArray with zarrx: ``DataArray.to_zarr``'s signature.
-
-        The array is stored as a one-variable Dataset; ``xr.open_dataarray(store,
-        engine="zarrx")`` gives it back with its name (None included). The parameters are
-        :meth:`ZarrxDatasetAccessor.to_zarr`'s.
-
-        Examples
-        --------
-        >>> import xarray as xr, zarrx
-        >>> group = xr.DataArray([1, 2], dims="x", name="n").zarrx.to_zarr("memory://example-da", mode="w")
-        >>> group["n"][:]
-        array([1, 2])
-        """
+    def _write(self, *args: Any, **kwargs: Any) -> Any:
         from zarrx.xarray.writer import dataarray_to_zarr
 
-        return dataarray_to_zarr(
-            self._array,
-            store,
-            mode,
-            group,
-            encoding,
-            compute=compute,
-            consolidated=consolidated,
-            append_dim=append_dim,
-            region=region,
-            safe_chunks=safe_chunks,
-            align_chunks=align_chunks,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-            write_empty_chunks=write_empty_chunks,
-            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
-        )
+        return dataarray_to_zarr(self._obj, *args, **kwargs)
 
 
 @xr.register_datatree_accessor("zarrx")
