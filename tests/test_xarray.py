@@ -385,9 +385,12 @@ def test_consolidated_true_without_consolidated_metadata_is_a_clear_error(tmp_pa
     xr.Dataset({"v": ("x", [1, 2])}).zarrx.to_zarr(path, consolidated=False)
     with pytest.raises(MetadataError, match="consolidated=True.*consolidate_metadata"):
         xr.open_dataset(path, engine="zarrx", consolidated=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # None falls back silently (engine="zarr" warns)
+    # None falls back to listing the store, with engine="zarr"'s RuntimeWarning
+    with pytest.warns(RuntimeWarning, match="(?s)Failed to open Zarr store with consolidated metadata.*plain.zarr"):
         fallback = xr.open_dataset(path, engine="zarrx", consolidated=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # False asks for the listing: no warning
+        xr.open_dataset(path, engine="zarrx", consolidated=False)
     xr.testing.assert_identical(fallback, xr.open_dataset(path, engine="zarrx", consolidated=False))
 
 

@@ -30,12 +30,18 @@ __all__ = [
     "StoreError",
     "OutsideStoreError",
     "UsageError",
+    "UsageTypeError",
+    "NameNotFoundError",
     "StoreTypeError",
 ]
 
 
 class ZarrxError(Exception):
     """Base class of every error raised by zarrx."""
+
+    def __str__(self) -> str:
+        # the message as given: a class that is also a KeyError would otherwise show its repr
+        return Exception.__str__(self)
 
 
 class NodeNotFoundError(ZarrxError, FileNotFoundError, KeyError):
@@ -121,5 +127,14 @@ class UsageError(ZarrxError, ValueError):
     """An argument zarrx cannot take (an unknown mode, an unusable option)."""
 
 
-class StoreTypeError(UsageError, TypeError):
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type (a region that is not a dict, a variable named 0, ...)."""
+
+
+class NameNotFoundError(UsageError, KeyError):
+    """An argument names something that is not there: a variable in ``encoding``, a coordinate
+    value of ``region="auto"`` missing from the stored coordinate."""
+
+
+class StoreTypeError(UsageTypeError):
     """An object that cannot be used as a store."""

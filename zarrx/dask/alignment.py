@@ -14,16 +14,20 @@ its chunks' edge lengths, whose running sums are the boundaries blocks may end o
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
+import dask
 import dask.array as da
 import numpy as np
+from dask.array.core import PerformanceWarning
+from dask.utils import parse_bytes
 
 from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
 
-__all__ = ["align_blocks", "first_bad_boundary", "regular_size", "grid_blocks"]
+__all__ = ["align_blocks", "first_bad_boundary", "regular_size", "grid_blocks", "warn_partial_objects"]
 
 #: conflicting block pairs spelled out in a ChunkAlignmentError message
 MAX_CONFLICTS_SHOWN = 3
@@ -144,15 +148,17 @@ def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str
     conflicts, pairs = _conflicts(x.chunks, offsets, unit)
     if not conflicts:
         return x
+    kind = "shard" if array.shards else "chunk"
     if align == "rechunk":
         bad_axes = {conflict.axis for conflict in conflicts}
-        return x.rechunk(
+        aligned = x.rechunk(
             tuple(
                 _aligned_sizes(sizes, offset, chunk) if axis in bad_axes else sizes
                 for axis, (sizes, offset, chunk) in enumerate(zip(x.chunks, offsets, unit))
             )
         )
-    kind = "shard" if array.shards else "chunk"
+        _warn_large_blocks(aligned, sorted(bad_axes), array.name, kind, unit)
+        return aligned
     examples = "; ".join(_describe(conflict, offsets, unit, kind) for conflict in conflicts)
     where = f" starting at {offsets}" if any(offsets) else ""
     raise ChunkAlignmentError(
@@ -160,3 +166,37 @@ def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str
         f"the same {kind} ({kind} shape {unit}), e.g. {examples}. Rechunk the dask array so that its blocks "
         f"are multiples of {unit} on the {kind} grid{where}, or pass align='rechunk'"
     )
+
+
+def _warn_large_blocks(x: da.Array, axes: list[int], name: str, kind: str, unit: tuple[int, ...]) -> None:
+    """dask's PerformanceWarning when the blocks lined up with the grid are larger than its
+    ``array.chunk-size``: no smaller block could be written safely."""
+    limit = parse_bytes(dask.config.get("array.chunk-size"))
+    largest = math.prod(max(sizes) for sizes in x.chunks) * x.dtype.itemsize
+    if largest > limit:
+        warnings.warn(
+            f"The input Dask array will be rechunked along axis {', '.join(map(str, axes))} to blocks of up to "
+            f"{largest} bytes, more than dask's array.chunk-size ({limit} bytes): a block must cover whole "
+            f"{kind}s ({kind} shape {unit}) of {name!r} to be written safely. Set \"array.chunk-size\" to at "
+            f"least {math.prod(unit) * x.dtype.itemsize} bytes, or rechunk the array yourself.",
+            PerformanceWarning,
+            stacklevel=4,
+        )
+
+
+def warn_partial_objects(array: Array, offsets: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """dask's PerformanceWarning when a region starts or ends inside a stored object: the tasks
+    writing there read the object, merge and rewrite it (safe, one task per object, but slower)."""
+    unit = array.shards or array.chunks
+    kind = "shard" if array.shards else "chunk"
+    for axis, (start, length, size, extent) in enumerate(zip(offsets, shape, unit, array.shape)):
+        stop = start + length
+        if length and (start % size or (stop % size and stop != extent)):
+            warnings.warn(
+                f"The input Dask array writes part of a {kind} along axis {axis} of {array.name!r} (region "
+                f"{start}:{stop}, {kind} length {size}): those {kind}s are read, merged and rewritten. A region "
+                f"on the {kind} grid writes whole {kind}s.",
+                PerformanceWarning,
+                stacklevel=3,
+            )
+            return

@@ -45,6 +45,7 @@ from zarrx.io.handle import ArrayHandle
 from zarrx.nodes.api import open_array
 from zarrx.nodes.array import Array
 from zarrx.sizes import count_text, human_bytes
+from zarrx.storage.zarr_python import zarr_python_array_location
 
 __all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "chunks_token"]
 
@@ -89,7 +90,7 @@ def read_block(handle: ArrayHandle, selection: tuple[slice, ...]) -> np.ndarray:
 
 
 # -- reading -------------------------------------------------------------------------------
-def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
+def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> da.Array:
     """The array as a lazy dask array, one task per block.
 
     Parameters
@@ -101,6 +102,8 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
         shape. Anything ``dask.array.normalize_chunks`` takes (ints, -1 or None for a whole
         axis, explicit block sizes per axis, ``"auto"``), as long as every block but the last
         along each axis is a multiple of the (inner) chunk shape.
+    name
+        The dask array's name (by default one derived from the array and ``chunks``).
 
     Raises
     ------
@@ -127,7 +130,7 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
     try:
         chunks = _read_chunks(array, chunks)
         handle = array.handle
-        name = f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
+        name = name or f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
         indices = tuple(range(array.ndim))
         layer = blockwise(
             read_block,
@@ -152,11 +155,22 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
 
 
 def from_zarr(
-    store: Any, path: str = "", chunks: Any = None, storage_options: dict[str, Any] | None = None
+    store: Any,
+    path: str = "",
+    chunks: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    component: str | None = None,
+    name: str | None = None,
+    inline_array: bool = False,
 ) -> da.Array:
     """Open the array at ``path`` as a lazy dask array (see :func:`array_to_dask` for ``chunks``).
 
-    ``store`` is anything :func:`zarrx.open_array` takes, or a :class:`zarrx.Array`.
+    ``store`` is anything :func:`zarrx.open_array` takes, a :class:`zarrx.Array`, or a
+    zarr-python ``Array`` (read through its store). ``component``, ``name`` and ``inline_array``
+    are ``dask.array.from_zarr``'s: ``component`` is another name for ``path``, ``name`` names
+    the dask array, and ``inline_array`` changes nothing, since every task holds the array's
+    small handle (never the array object).
 
     Examples
     --------
@@ -167,8 +181,15 @@ def from_zarr(
     >>> x.chunks, int(x.sum())
     (((5, 5),), 10)
     """
+    if component is not None:
+        if path:
+            raise UsageError(f"path={path!r} and component={component!r}: pass one of them (component is dask's name)")
+        path = component
+    peer = zarr_python_array_location(store)
+    if peer is not None:
+        store, path = peer
     array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
-    return array_to_dask(array, chunks)
+    return array_to_dask(array, chunks, name=name)
 
 
 #: what a dask array keeps per block along each axis (its ``chunks`` tuples, as normalize_chunks

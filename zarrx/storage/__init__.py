@@ -14,6 +14,8 @@ any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_u
 ``https://``, chained ``simplecache::s3://``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
+a zarr-python store (``zarr.storage.MemoryStore``,     a :class:`ZarrPythonStore` over it
+``LocalStore``, ...)
 =====================================================  =========================================
 
 :class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
@@ -49,6 +51,7 @@ from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.prefetch import PrefetchStore
+from zarrx.storage.zarr_python import ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -70,6 +73,7 @@ __all__ = [
     "FsspecStore",
     "MetricsStore",
     "PrefetchStore",
+    "ZarrPythonStore",
     "make_store",
     "check_mode",
     "MODES",
@@ -152,6 +156,9 @@ def make_store(
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
+    if is_zarr_python_store(store_like):
+        _refuse_options(storage_options, store_like)
+        return ZarrPythonStore(store_like, read_only=read_only)
     raise StoreTypeError(
         f"cannot use {type(store_like).__name__} {store_like!r} as a store; pass a path, a URL "
         "('s3://bucket/data.zarr', 'memory://x'), an fsspec FSMap, a dict, None or a zarrx Store"
