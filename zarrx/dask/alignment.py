@@ -13,6 +13,8 @@ its chunks' edge lengths, whose running sums are the boundaries blocks may end o
 
 from __future__ import annotations
 
+import itertools
+
 import math
 import warnings
 from dataclasses import dataclass
@@ -191,7 +193,12 @@ def warn_partial_objects(array: Array, offsets: tuple[int, ...], shape: tuple[in
     kind = "shard" if array.shards else "chunk"
     for axis, (start, length, size, extent) in enumerate(zip(offsets, shape, unit, array.shape)):
         stop = start + length
-        if length and (start % size or (stop % size and stop != extent)):
+        if isinstance(size, tuple):  # a rectilinear axis: the bounds must be chunk boundaries
+            bounds = {0, *itertools.accumulate(size)}
+            inside = start not in bounds or (stop not in bounds and stop != extent)
+        else:
+            inside = bool(start % size or (stop % size and stop != extent))
+        if length and inside:
             warnings.warn(
                 f"The input Dask array writes part of a {kind} along axis {axis} of {array.name!r} (region "
                 f"{start}:{stop}, {kind} length {size}): those {kind}s are read, merged and rewritten. A region "

@@ -93,6 +93,8 @@ def _cut(lengths: tuple[int, ...], unit: tuple[int, ...], shape: tuple[int, ...]
 def _grid(array: Array, chunks: Any, shards: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """The new chunk and shard shapes, checked as :func:`zarrx.create_array` checks them."""
     shape = array.shape
+    if chunks is None and shards is None and any(isinstance(c, tuple) for c in array.chunks):
+        return array.chunks, array.shards  # a rectilinear grid kept as it is (create_array checks it)
     given_chunks = _lengths(chunks, array, array.chunks)
     new_chunks = _whole_axes(given_chunks, shape) if given_chunks is not None else array.chunks
     new_chunks = parse_chunks(new_chunks, shape, array.metadata.data_type)

@@ -59,6 +59,7 @@ class ZarrxDatasetAccessor:
         zarr_format: int | None = None,
         write_empty_chunks: bool | None = None,
         chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+        rectilinear: bool = False,
     ) -> "Group | Any":
         """Write the Dataset to a Zarr group with zarrx: ``Dataset.to_zarr``'s signature (and
         ``DataArray.to_zarr``'s signature for ``da.zarrx.to_zarr``, which stores the array as a
@@ -68,7 +69,8 @@ class ZarrxDatasetAccessor:
         ``mode`` is ``w``, ``w-``, ``a``, ``a-`` or ``r+`` (None: ``w-``, ``a`` with
         ``append_dim``, ``r+`` with ``region``). Dask-backed variables are written in parallel,
         one task per block, never two tasks into one chunk (``safe_chunks`` refuses such a
-        layout, ``align_chunks=True`` rechunks it). Every parameter is described in
+        layout, ``align_chunks=True`` rechunks it; zarrx's own ``rectilinear=True`` stores irregular
+        dask blocks as they are, on a rectilinear chunk grid). Every parameter is described in
         :func:`zarrx.xarray.writer.to_zarr`.
 
         Returns
@@ -99,6 +101,7 @@ class ZarrxDatasetAccessor:
             zarr_format=zarr_format,
             write_empty_chunks=write_empty_chunks,
             chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            rectilinear=rectilinear,
         )
 
 
@@ -137,6 +140,7 @@ class ZarrxDataTreeAccessor:
         zarr_format: int | None = None,
         write_empty_chunks: bool | None = None,
         chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+        rectilinear: bool = False,
     ) -> "Group | Any":
         """Write every node of the tree as a group with zarrx: ``DataTree.to_zarr``'s signature.
 
@@ -173,4 +177,5 @@ class ZarrxDataTreeAccessor:
             zarr_format=zarr_format,
             write_empty_chunks=write_empty_chunks,
             chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            rectilinear=rectilinear,
         )
