@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import subprocess
+import sys
 
 import dask
 import dask.array as da
@@ -201,6 +203,16 @@ def test_irregular_blocks_keep_a_table_of_edges():
     np.testing.assert_array_equal(y.compute(), arr[1:10])
 
 
+def test_a_rectilinear_grid_is_a_table_of_edges():
+    arr = zarrx.create_array({}, shape=(26, 6), chunks=((16, 4, 6), (2, 4)), dtype="int16")
+    arr[...] = np.arange(26 * 6).reshape(26, 6)
+    x = arr.to_dask()
+    assert x.chunks == ((16, 4, 6), (2, 4)) and isinstance(layout_of(x).axes[0], TableAxis)
+    y = x[10:22, 1]
+    assert y.chunks == ((6, 4, 2),) and len(y.dask) == 3
+    np.testing.assert_array_equal(y.compute(), arr[10:22, 1])
+
+
 def test_blocks_of_size_zero_among_others_are_left_to_dask():
     axis = axis_from_sizes((3, 0, 2))
     assert axis.chunks == (3, 0, 2)
@@ -225,14 +237,27 @@ def test_shards_and_multiples_of_chunks_are_regular_axes(chunks, blocks):
 
 
 # -- the wrapped __getitem__ ---------------------------------------------------------------------
-def test_dasks_getitem_is_wrapped_once_and_other_arrays_go_straight_to_it():
+def test_dasks_getitem_is_wrapped_once_and_other_arrays_go_straight_to_it(small):
+    small.to_dask()
     original = da.Array.__getitem__.__wrapped__
     importlib.reload(lazy)
+    small.to_dask()
     assert da.Array.__getitem__.__wrapped__ is original  # a reload does not wrap the wrapper
     assert da.Array.__getitem__.__doc__ == original.__doc__
     plain = da.arange(10, chunks=3)
     assert layout_of(plain) is None
     np.testing.assert_array_equal(plain[2:5].compute(), [2, 3, 4])
+
+
+def test_nothing_is_wrapped_before_zarrx_builds_an_array():
+    code = (
+        "import dask.array as da, xarray as xr, zarrx; original = da.Array.__getitem__; "
+        "xr.namedarray.parallelcompat.list_chunkmanagers(); import zarrx.xarray.chunkmanager; "
+        "assert da.Array.__getitem__ is original; "
+        "zarrx.create_array({}, shape=(4,), chunks=(2,), dtype='i1').to_dask(); "
+        "assert da.Array.__getitem__.__wrapped__ is original"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # -- worker processes -----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 ``zarrx.from_zarr`` returns a dask array built by :func:`zarrx.dask.lazy.lazy_array`, sliced by
 building a new read layer instead of by dask's slicing. For random arrays (regular and irregular
-blocks, shards, ``chunks=`` multiples, empty axes) and random chains of basic indices (integers, slices with any
+blocks, rectilinear chunk grids, shards, ``chunks=`` multiples, empty axes) and random chains of basic indices (integers, slices with any
 start, stop and step, ``Ellipsis``, ``None``; a few lists, which go to dask), every step must give
 the chunks dask gives for the same selection of ``da.from_array`` with the same blocks, the
 values NumPy gives, and the same IndexError when NumPy refuses.
@@ -33,10 +33,12 @@ def arrays(draw):
     """A zarrx array over random values and the dask ``chunks=`` to read it with."""
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(0, 11), min_size=ndim, max_size=ndim)))
-    kind = draw(st.sampled_from(["chunks", "multiples", "irregular", "sharded"]))
+    kind = draw(st.sampled_from(["chunks", "multiples", "irregular", "rectilinear", "sharded"]))
     values = np.arange(int(np.prod(shape)), dtype="int32").reshape(shape)
     if kind == "irregular":  # explicit block sizes need chunks of 1 to be allowed
         chunk_shape, chunks = (1,) * ndim, tuple(draw(_sizes(length)) for length in shape)
+    elif kind == "rectilinear" and all(shape):  # a rectilinear chunk grid: its chunks are the blocks
+        chunk_shape, chunks = tuple(draw(_sizes(length)) for length in shape), None
     else:
         chunk_shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
         chunks = None

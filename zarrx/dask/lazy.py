@@ -21,7 +21,7 @@ boundaries for an irregular axis) or the one position an integer index picked. F
   negative-step slice starting before the array is empty, as in NumPy (dask issue 10555).
 
 The array is of dask's own class (xarray refuses to mix array types in one dataset), so the
-slicing is reached through it: importing this module wraps ``dask.array.Array.__getitem__``
+slicing is reached through it: the first :func:`lazy_array` wraps ``dask.array.Array.__getitem__``
 once, and the wrapper hands every array :func:`lazy_array` did not build -- and every index
 other than the above (lists, arrays, masks, dask arrays) -- to dask's own method unchanged.
 Anything else is plain dask on the same graph, with plain dask's results and costs; an array
@@ -171,6 +171,7 @@ def lazy_array(
     >>> y.chunks, len(y.dask.layers), len(y.dask), y.compute()
     (((1, 1, 1),), 1, 3, array([7, 7, 7], dtype=int32))
     """
+    _wrap_dask_getitem()
     name = name or layout.name
     indices = tuple(range(len(layout.block_axes)))
     layer = blockwise(
@@ -250,10 +251,14 @@ def _getitem(self: da.Array, index: Any) -> da.Array:
 
 # The arrays zarrx builds are dask's own class -- xarray refuses to mix array types in one
 # dataset, and code tests ``type(x) is da.Array`` -- so their slicing is reached through the
-# class: dask's __getitem__ is wrapped, once; an array lazy_array did not build goes straight to it.
+# class: dask's __getitem__ is wrapped once, when the first of them is built; an array
+# lazy_array did not build goes straight to dask's method.
 _DASK_GETITEM = getattr(da.Array.__getitem__, "__wrapped__", da.Array.__getitem__)
-if da.Array.__getitem__ is _DASK_GETITEM:
-    da.Array.__getitem__ = functools.wraps(_DASK_GETITEM)(_getitem)  # type: ignore[method-assign]
+
+
+def _wrap_dask_getitem() -> None:
+    if da.Array.__getitem__ is _DASK_GETITEM:
+        da.Array.__getitem__ = functools.wraps(_DASK_GETITEM)(_getitem)  # type: ignore[method-assign]
 
 
 #: index items the bounding box handles (anything else goes to dask)
