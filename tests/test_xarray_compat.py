@@ -45,6 +45,7 @@ def test_import_zarrx_does_not_import_xarray():
         "import xarray as xr; import zarrx",
         "import zarrx; from xarray import Dataset",
         "import zarrx; import dask.array",  # dask.array imports xarray while dask.array is half imported
+        "import zarrx, importlib.util; importlib.util.find_spec('xarray')",  # a look imports nothing
     ],
 )
 def test_the_accessors_exist_after_import_zarrx_whatever_the_order(imports):
