@@ -64,12 +64,20 @@ def _parameters(function, skip=("self",)):
     ]
 
 
+#: zarrx's keywords beyond xarray's, at the end of the accessor's signature
+ZARRX_EXTRAS = ("rectilinear",)
+KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+
+
 @pytest.mark.parametrize(
     ("accessor", "method"),
     [(ZarrxDatasetAccessor.to_zarr, xr.Dataset.to_zarr), (ZarrxDataArrayAccessor.to_zarr, xr.DataArray.to_zarr)],
 )
 def test_the_accessor_to_zarr_has_xarrays_signature_and_a_docstring(accessor, method):
-    assert _parameters(accessor) == _parameters(method)
+    # xarray's parameters, in its order, then zarrx's own keyword-only extras (ZARRX_EXTRAS)
+    ours, theirs = _parameters(accessor), _parameters(method)
+    assert ours[: len(theirs)] == theirs
+    assert [(name, kind) for name, kind, _ in ours[len(theirs) :]] == [(name, KEYWORD_ONLY) for name in ZARRX_EXTRAS]
     assert "Examples" in accessor.__doc__ and f"``{method.__qualname__}``'s signature" in accessor.__doc__
 
 
