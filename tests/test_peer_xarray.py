@@ -44,8 +44,6 @@ DIFFERENCES: dict[str, str] = {
         "zarrx honours use_zarr_fill_value_as_mask=False in open_dataset; engine='zarr' ignores it there, "
         "so xarray's test expects the Zarr v2 fill_value as _FillValue although it asks for no mask",
     ),
-    "test_compressor_encoding[3]": "pending: codec objects (issue 18) -- encoding['compressors'] reads back "
-    "as JSON dicts, where the test compares zarr.codecs.BloscCodec objects",
 }
 
 

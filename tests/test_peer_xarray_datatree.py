@@ -20,8 +20,6 @@ from tests.peer_adapters import route_xarray_to_zarrx
 #: test (name, or name with parameters) -> why it fails until another issue lands (no intentional
 #: difference from engine="zarr" remains for DataTrees)
 DIFFERENCES: dict[str, str] = {
-    "test_zarr_encoding[zarr_format=3]": "pending: codec objects (issue 18) -- encoding['compressors'] reads "
-    "back as JSON dicts, where the test reads .cname and .clevel off a zarr.codecs.BloscCodec",
 }
 
 

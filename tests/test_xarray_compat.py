@@ -45,6 +45,7 @@ def test_import_zarrx_does_not_import_xarray():
         "import xarray as xr; import zarrx",
         "import zarrx; from xarray import Dataset",
         "import zarrx; import dask.array",  # dask.array imports xarray while dask.array is half imported
+        "import zarrx, importlib.util; importlib.util.find_spec('xarray')",  # a look imports nothing
     ],
 )
 def test_the_accessors_exist_after_import_zarrx_whatever_the_order(imports):
@@ -63,12 +64,20 @@ def _parameters(function, skip=("self",)):
     ]
 
 
+#: zarrx's keywords beyond xarray's, at the end of the accessor's signature
+ZARRX_EXTRAS = ("rectilinear",)
+KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+
+
 @pytest.mark.parametrize(
     ("accessor", "method"),
     [(ZarrxDatasetAccessor.to_zarr, xr.Dataset.to_zarr), (ZarrxDataArrayAccessor.to_zarr, xr.DataArray.to_zarr)],
 )
 def test_the_accessor_to_zarr_has_xarrays_signature_and_a_docstring(accessor, method):
-    assert _parameters(accessor) == _parameters(method)
+    # xarray's parameters, in its order, then zarrx's own keyword-only extras (ZARRX_EXTRAS)
+    ours, theirs = _parameters(accessor), _parameters(method)
+    assert ours[: len(theirs)] == theirs
+    assert [(name, kind) for name, kind, _ in ours[len(theirs) :]] == [(name, KEYWORD_ONLY) for name in ZARRX_EXTRAS]
     assert "Examples" in accessor.__doc__ and f"``{method.__qualname__}``'s signature" in accessor.__doc__
 
 

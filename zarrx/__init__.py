@@ -61,6 +61,7 @@ class _AccessorLoader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
+        sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _AccessorHook)]
         sys.modules[module.__name__] = module  # importlib puts it there after exec; the accessors need it now
         try:
             importlib.import_module(_ACCESSORS)
@@ -77,14 +78,23 @@ class _AccessorLoader(importlib.abc.Loader):
 
 
 class _AccessorHook(importlib.abc.MetaPathFinder):
-    """Waits for ``import xarray`` (once), then lets :class:`_AccessorLoader` load it."""
+    """Waits for ``import xarray``, then lets :class:`_AccessorLoader` load it (and leaves).
+
+    A mere look for xarray (``importlib.util.find_spec("xarray")``, as libraries do to see
+    whether it is installed) gets the wrapped spec too, but imports nothing: the hook stays
+    until xarray is executed."""
+
+    def __init__(self) -> None:
+        self._looking = False
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "xarray":
+        if fullname != "xarray" or self._looking:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._looking = True  # the look below asks the other finders, not this one again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking = False
         if spec is not None and spec.loader is not None:
             spec.loader = _AccessorLoader(spec.loader)
         return spec
