@@ -7,11 +7,13 @@ store, the node path and the parsed metadata, about a kilobyte pickled, never da
 block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
 ``arr[...]`` takes.
 
-The graph is one dask ``Blockwise`` layer whose block selections come from a
-:class:`BlockSelections` (a ``BlockwiseDep``): building it costs next to nothing for a million
-chunks, and a task (with its selection) exists only for the blocks a computation needs, made
-when dask culls the graph. (A graph with one of dask's reductions in it still lists every block's
-key while culling, about half a second per million blocks, as for any dask array.)
+The result is a dask array built by :func:`~zarrx.dask.lazy.lazy_array`: its blocks are
+described by a few numbers per axis (:mod:`zarrx.dask.axes`), so building it, its shape and its
+slicing cost the same for ten chunks or a million, and a slice is a new read layer over the
+chunks it touches: ``from_zarr(store, "t2m")[:10].sum()`` builds, culls and runs a graph of ten
+blocks.
+Whole-array work costs what it costs in dask (one ``Blockwise`` layer, tasks made when dask
+culls it).
 
 Tasks need only picklable stores to run on ``dask.distributed`` worker processes: a
 :class:`~zarrx.storage.LocalStore` or an fsspec URL. A :class:`~zarrx.storage.MemoryStore`
@@ -34,11 +36,10 @@ import dask.array as da
 import numpy as np
 from dask.array.core import normalize_chunks
 from dask.base import tokenize
-from dask.blockwise import blockwise
-from dask.highlevelgraph import HighLevelGraph
-from dask.layers import ArrayBlockwiseDep
 
-from zarrx.dask.alignment import first_bad_boundary, grid_blocks, regular_size
+from zarrx.dask.alignment import first_bad_boundary, grid_blocks
+from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
+from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array
 from zarrx.errors import GraphTooLargeError, UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
@@ -47,46 +48,13 @@ from zarrx.nodes.array import Array
 from zarrx.sizes import count_text, human_bytes
 from zarrx.storage.zarr_python import zarr_python_array_location
 
-__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "chunks_token"]
-
-
-def chunks_token(chunks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
-    """A short stand-in for ``chunks`` when tokenizing: a regular axis by its size, count and last block."""
-    return tuple(
-        (size, len(sizes), sizes[-1]) if (size := regular_size(sizes)) is not None else sizes for sizes in chunks
-    )
-
-
-class BlockSelections(ArrayBlockwiseDep):
-    """The selection (a tuple of slices) of each dask block, made only when dask asks for it.
-
-    Like ``dask.layers.ArraySliceDep``, without its Python cumulative sum over every block:
-    on a regular axis block ``i`` starts at ``i * size``; other axes keep a NumPy table of starts.
-    """
-
-    def __init__(self, chunks: tuple[tuple[int, ...], ...]) -> None:
-        super().__init__(chunks)
-        self.sizes = tuple(regular_size(sizes) for sizes in chunks)
-        self.starts = tuple(
-            None if size is not None else np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-            for size, sizes in zip(self.sizes, chunks)
-        )
-
-    def __getitem__(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
-        selection = []
-        for index, size, starts, sizes in zip(idx, self.sizes, self.starts, self.chunks):
-            start = index * size if starts is None else int(starts[index])
-            selection.append(slice(start, start + sizes[index]))
-        return tuple(selection)
-
-    def __dask_tokenize__(self) -> tuple[Any, ...]:
-        return ("zarrx.dask.BlockSelections", chunks_token(self.chunks))
+__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block"]
 
 
 # -- tasks ---------------------------------------------------------------------------------
-def read_block(handle: ArrayHandle, selection: tuple[slice, ...]) -> np.ndarray:
-    """A dask task: the block of the array at ``selection``."""
-    return read_selection(handle, selection or Ellipsis)
+def read_block(handle: ArrayHandle, selection: tuple[slice | int, ...]) -> np.ndarray:
+    """A dask task: the block of the array at ``selection`` (an integer drops its axis, as in NumPy)."""
+    return np.asarray(read_selection(handle, selection or Ellipsis))
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -128,23 +96,9 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> 
     """
     asked = chunks
     try:
-        chunks = _read_chunks(array, chunks)
         handle = array.handle
-        name = name or f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
-        indices = tuple(range(array.ndim))
-        layer = blockwise(
-            read_block,
-            name,
-            indices,
-            handle,
-            None,
-            BlockSelections(chunks),
-            indices,
-            numblocks={},
-            _data_producer=True,
-        )
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-        return da.Array(graph, name, chunks, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+        source = Source(read_block, handle, tokenize(handle), "zarrx-from-zarr")
+        return lazy_array(Layout(source, _read_axes(array, chunks)), array.dtype, name)
     except GraphTooLargeError:
         raise
     except MemoryError:  # a layout the estimate could not see (explicit or "auto" blocks), or little memory
@@ -244,10 +198,35 @@ def _refuse_huge_graph(array: Array, chunks: Any, blocks: tuple[int, ...]) -> No
     )
 
 
+def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
+    """The blocks along each axis for reading ``array``: regular ones straight from a regular chunk
+    grid (no tuple per block is made here), anything else -- a rectilinear grid, irregular sizes,
+    ``"auto"``, blocks that cut chunks (refused there) -- from :func:`_read_chunks`, as a table of
+    block edges when irregular."""
+    stored = array.shards or array.chunks
+    given = () if chunks is None else (chunks,) if isinstance(chunks, int) else chunks
+    plain = isinstance(given, (tuple, list)) and all(
+        item is None or (isinstance(item, int) and not isinstance(item, bool) and (item == -1 or item > 0))
+        for item in given
+    )
+    regular = _regular_blocks(array, chunks, stored) if plain and not _is_rectilinear(stored) else None
+    if regular is not None and all(
+        size % chunk == 0 or size >= length for size, chunk, length in zip(regular, array.chunks, array.shape)
+    ):
+        _refuse_huge_graph(array, chunks, regular)
+        return tuple(regular_axis(length, min(size, length)) for length, size in zip(array.shape, regular))
+    return tuple(axis_from_sizes(blocks) for blocks in _read_chunks(array, chunks))
+
+
+def _is_rectilinear(stored: tuple[Any, ...]) -> bool:
+    """Whether a chunk (or shard) shape is a rectilinear grid's edges (a tuple per axis)."""
+    return isinstance(stored[0] if stored else None, tuple)
+
+
 def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
     """Dask block sizes for reading ``array``: ``chunks`` normalized and checked against the chunk grid."""
     stored = array.shards or array.chunks
-    if isinstance(stored[0] if stored else None, tuple):  # a rectilinear grid: its chunks are the blocks
+    if _is_rectilinear(stored):  # a rectilinear grid: its chunks are the blocks
         stored = grid_blocks(stored, array.shape)
     else:
         regular = _regular_blocks(array, chunks, stored)
@@ -256,7 +235,7 @@ def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
     try:
         blocks = normalize_chunks(
             stored if chunks is None else chunks, array.shape, dtype=array.dtype,
-            previous_chunks=None if isinstance(stored[0] if stored else None, tuple) else stored,
+            previous_chunks=None if _is_rectilinear(stored) else stored,
         )  # fmt: skip
     except (TypeError, ValueError) as error:
         raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
