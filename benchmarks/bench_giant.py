@@ -210,7 +210,7 @@ def run(sizes: Sizes, cases: list[str], folder: str, baseline: str | None) -> li
 
 
 def print_table(results: list[dict[str, Any]], sizes: Sizes) -> None:
-    print(f"\n| case | library | median | x first row | peak memory |\n|---|---|---:|---:|---:|")
+    print("\n| case | library | median | x first row | peak memory |\n|---|---|---:|---:|---:|")
     for result in results:
         print(
             f"| {result['case']} | {result['row']} | {result['median'] * 1e3:.1f} ms | {result['ratio']:.3f} | "

@@ -260,6 +260,21 @@ def test_nothing_is_wrapped_before_zarrx_builds_an_array():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_getitem_wrapped_by_someone_else_is_kept():
+    code = (
+        "import functools, dask.array as da, zarrx; original = da.Array.__getitem__; calls = []\n"
+        "@functools.wraps(original)\n"
+        "def other(self, index):\n"
+        "    calls.append(index); return original(self, index)\n"
+        "da.Array.__getitem__ = other\n"
+        "x = zarrx.create_array({}, shape=(8,), chunks=(2,), dtype='i1', fill_value=3).to_dask()\n"
+        "assert da.Array.__getitem__.__wrapped__ is other\n"
+        "assert x[1:5].chunks == ((1, 2, 1),) and not calls\n"
+        "assert da.ones(4)[1:3].shape == (2,) and calls == [slice(1, 3)]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # -- worker processes -----------------------------------------------------------------------------
 def test_slices_run_on_a_cluster_of_worker_processes(tmp_path):
     distributed = pytest.importorskip("distributed")

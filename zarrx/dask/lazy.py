@@ -233,12 +233,13 @@ def layout_of(array: Any) -> Layout | None:
     return entry[0]
 
 
-def _getitem(self: da.Array, index: Any) -> da.Array:
-    """``dask.array.Array.__getitem__``, by a new read layer for the arrays :func:`lazy_array` built."""
+def _getitem(self: da.Array, index: Any, dask_getitem: Callable[[da.Array, Any], da.Array]) -> da.Array:
+    """``dask.array.Array.__getitem__`` (``dask_getitem``), by a new read layer for the arrays
+    :func:`lazy_array` built."""
     layout = layout_of(self)
     plan = _plan(index, layout.block_axes) if layout is not None and layout.sliceable else None
     if plan is None:
-        return _DASK_GETITEM(self, index)
+        return dask_getitem(self, index)
     box, rest = plan
     if all(not isinstance(pick, int) and pick == (0, axis.length) for pick, axis in zip(box, layout.block_axes)):
         part = self
@@ -246,19 +247,25 @@ def _getitem(self: da.Array, index: Any) -> da.Array:
         part = lazy_array(layout.region(box), self.dtype)
     if all(item == slice(None) for item in rest):
         return part
-    return _DASK_GETITEM(part, rest)  # steps and new axes, on the small array
-
-
-# The arrays zarrx builds are dask's own class -- xarray refuses to mix array types in one
-# dataset, and code tests ``type(x) is da.Array`` -- so their slicing is reached through the
-# class: dask's __getitem__ is wrapped once, when the first of them is built; an array
-# lazy_array did not build goes straight to dask's method.
-_DASK_GETITEM = getattr(da.Array.__getitem__, "__wrapped__", da.Array.__getitem__)
+    return dask_getitem(part, rest)  # steps and new axes, on the small array
 
 
 def _wrap_dask_getitem() -> None:
-    if da.Array.__getitem__ is _DASK_GETITEM:
-        da.Array.__getitem__ = functools.wraps(_DASK_GETITEM)(_getitem)  # type: ignore[method-assign]
+    """Wrap ``dask.array.Array.__getitem__`` -- whatever it is by then -- unless it already is.
+
+    The arrays zarrx builds are dask's own class (xarray refuses to mix array types in one
+    dataset, and code tests ``type(x) is da.Array``), so their slicing is reached through the
+    class; an array :func:`lazy_array` did not build goes straight to the method wrapped."""
+    wrapped = da.Array.__getitem__
+    if getattr(wrapped, "_zarrx_lazy", False):
+        return
+
+    @functools.wraps(wrapped)
+    def __getitem__(self: da.Array, index: Any) -> da.Array:
+        return _getitem(self, index, wrapped)
+
+    __getitem__._zarrx_lazy = True  # type: ignore[attr-defined]
+    da.Array.__getitem__ = __getitem__  # type: ignore[method-assign]
 
 
 #: index items the bounding box handles (anything else goes to dask)
