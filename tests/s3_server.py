@@ -20,7 +20,7 @@ from werkzeug.serving import make_server
 
 from tests.http_server import Request, RequestLog
 
-__all__ = ["S3Server", "serve_s3"]
+__all__ = ["S3Server", "serve_s3", "main"]
 
 
 class S3Server(RequestLog):
@@ -67,6 +67,19 @@ class S3Server(RequestLog):
             self.record(request)
 
 
+def main() -> None:
+    """``python -m tests.s3_server``: serve until interrupted, printing the URL on the first line."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = S3Server()
+    print(server.url, flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._server.server_close()
+
+
 @contextlib.contextmanager
 def serve_s3() -> Iterator[S3Server]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -79,3 +92,7 @@ def serve_s3() -> Iterator[S3Server]:
         server._server.shutdown()
         server._server.server_close()
         thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    main()

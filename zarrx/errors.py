@@ -26,6 +26,7 @@ __all__ = [
     "BoundsCheckError",
     "ChunkAlignmentError",
     "StoreError",
+    "StoreTimeoutError",
     "UsageError",
     "StoreTypeError",
 ]
@@ -95,6 +96,10 @@ class ChunkAlignmentError(ZarrxError, ValueError):
 
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A store request (or a batch of them) got no complete answer in the time allowed."""
 
 
 class UsageError(ZarrxError, ValueError):

@@ -36,7 +36,9 @@ from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ObjectPlan, batches, inner_reads, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection, OrthogonalIndexer, VectorizedIndexer
 from zarrx.sizes import count_text
-from zarrx.storage.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarrx.storage.store import (
+    ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest, bounded_get_many, bounded_get_ranges,
+)
 
 __all__ = [
     "INDEXERS", "Fetcher", "Trace", "PlannedRequest", "read_into", "read_selection", "allocate_output",
@@ -83,21 +85,28 @@ Request = tuple[str, "ByteRequest | None", str, tuple[tuple[int, ...], ...]]
 
 
 class Fetcher:
-    """How the executor asks a store for bytes: one method call per batch (round trip)."""
+    """How the executor asks a store for bytes: one method call per batch (round trip).
+
+    ``max_size`` is the most bytes a stored object may hold (``ArrayHandle.max_object_size``):
+    the store refuses a larger value rather than read it.
+    """
 
     #: a dry run decodes nothing (explain)
     dry = False
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_size: int | None = None) -> None:
         self.store = store
+        self.max_size = max_size
 
     def objects(self, requests: Sequence[Request]) -> dict[str, bytes | None]:
         """Whole objects, one ``get_many``; missing ones map to None."""
-        return self.store.get_many(list(dict.fromkeys(key for key, _, _, _ in requests)))
+        keys = list(dict.fromkeys(key for key, _, _, _ in requests))
+        return bounded_get_many(self.store, keys, self.max_size)
 
     def ranges(self, requests: Sequence[Request]) -> list[bytes | None]:
         """Byte ranges (whole objects as ``OffsetByteRequest(0)``), one ``get_ranges``."""
-        return self.store.get_ranges([(key, byte_range or OffsetByteRequest(0)) for key, byte_range, _, _ in requests])
+        ranges = [(key, byte_range or OffsetByteRequest(0)) for key, byte_range, _, _ in requests]
+        return bounded_get_ranges(self.store, ranges, self.max_size)
 
     def one(self, request: Request) -> bytes | None:
         """A whole object, one ``get`` (from a pool task)."""
@@ -221,7 +230,7 @@ def read_into(
 
     ``projections`` may be lazy: they are consumed in bounded batches.
     """
-    fetcher = fetcher or Fetcher(handle.store)
+    fetcher = fetcher or Fetcher(handle.store, handle.max_object_size)
     if handle.sharding is not None:
         _read_shards(handle, projections, out, fetcher)
     else:
