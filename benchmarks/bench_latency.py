@@ -209,8 +209,14 @@ def case_title(case: str, sizes: Sizes) -> str:
 
 # -- one measurement: a fresh process ------------------------------------------------------------
 def worker(library: str, case: str, url: str, options: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
-    """Run in the fresh process: import, then time the open and the read."""
+    """Run in the fresh process: import, then time the open and the read.
+
+    Both libraries import aiohttp, fsspec's HTTP file system and s3fs lazily, on the first URL
+    they open; they are imported here first, so the time is the network's, not the imports'.
+    """
+    import fsspec.implementations.http  # noqa: F401
     import numpy as np
+    import s3fs  # noqa: F401
     import xarray as xr
 
     if library == "zarrx":

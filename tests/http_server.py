@@ -20,6 +20,7 @@ dropped, and the client's TCP stack sends them again after 1 s, 3 s, ...).
 =====================  ==========================================================================
 :class:`Throttle`      503 with ``Retry-After`` while more than ``limit`` requests are in flight
                        (S3's SlowDown, GCS's 429)
+:class:`RefuseFirst`   503 with ``Retry-After`` to the first requests of every path
 :class:`Stall`         reads the request, never answers
 :class:`Drip`          answers 200 and sends the body one byte every ``interval`` seconds
 :class:`HugeBody`      answers every GET with ``size`` bytes (1 GiB), with or without
@@ -33,7 +34,7 @@ Usage::
     with serve(folder, delay=0.02, backlog=5) as server:
         url = server.url + "/data.zarr"
         ...
-        server.requests, server.max_in_flight(), server.reset()
+        server.requests, server.max_in_flight(), server.connections(), server.reset()
 
 or in a process of its own (so its work does not compete with the client's for the GIL),
 printing its URL on the first line and answering ``GET /__stats__`` and ``/__reset__``::
@@ -66,7 +67,7 @@ from typing import Callable, Iterator
 
 __all__ = [
     "Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways",
-    "Throttle", "Stall", "Drip", "HugeBody", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
+    "Throttle", "RefuseFirst", "Stall", "Drip", "HugeBody", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
     "PlainServer",
 ]  # fmt: skip
 
@@ -83,6 +84,8 @@ class Request:
     start: float
     end: float
     status: int
+    #: the client's port: one per connection
+    client: int = 0
 
 
 class FailFirst:
@@ -130,6 +133,28 @@ class Throttle:
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+        return True
+
+
+class RefuseFirst:
+    """Answer ``status`` with ``Retry-After: retry_after`` to the first ``count`` requests of every path."""
+
+    def __init__(self, count: int = 1, status: int = 503, retry_after: str = "1", paths: str = "") -> None:
+        self.count, self.status, self.retry_after, self.paths = count, status, retry_after, paths
+        self.seen: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        with self.lock:
+            self.seen[handler.path] += 1
+            if self.seen[handler.path] > self.count:
+                return False
+        handler.send_response(self.status)
+        handler.send_header("Retry-After", self.retry_after)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
         return True
 
 
@@ -258,6 +283,10 @@ class RequestLog:
     def count(self, method: str | None = None) -> int:
         return sum(1 for r in self.requests if method is None or r.method == method)
 
+    def connections(self) -> int:
+        """How many connections the requests came on (one client port each)."""
+        return len({r.client for r in self.requests})
+
     def max_in_flight(self) -> int:
         """The most requests the server was handling at one moment."""
         events = sorted([(r.start, 1) for r in self.requests] + [(r.end, -1) for r in self.requests])
@@ -349,7 +378,8 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
         method, start = self._request
         self._request = None
         now = time.perf_counter()
-        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status)))
+        port = self.client_address[1] if isinstance(self.client_address, tuple) else 0
+        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status), port))
 
     def send_response(self, code, message=None) -> None:
         # recorded before the first byte of the answer leaves, so a client that has its answer

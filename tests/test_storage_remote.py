@@ -97,8 +97,7 @@ def test_s3_defaults_fill_only_what_is_unset():
     assert options["anon"] is True and options["max_concurrency"] == 1
     assert options["config_kwargs"] == {
         "max_pool_connections": 64,
-        # botocore's adaptive mode: retries with jittered backoff and a client-side rate limiter
-        "retries": {"mode": "adaptive", "total_max_attempts": 3},
+        "retries": {"mode": "standard", "total_max_attempts": 3},
         "connect_timeout": 3.0,
         "read_timeout": 4.0,
     }
@@ -127,7 +126,7 @@ def test_other_file_systems_are_left_alone(url):
 def test_chained_urls_configure_the_file_system_they_read_from(chain):
     _, options = configure(f"{chain}::s3://bucket/x", {"s3": {"anon": True}, "zarrx_retries": 1})
     assert options["s3"]["anon"] is True
-    assert options["s3"]["config_kwargs"]["retries"] == {"mode": "adaptive", "total_max_attempts": 2}
+    assert options["s3"]["config_kwargs"]["retries"] == {"mode": "standard", "total_max_attempts": 2}
     _, options = configure(f"{chain}::https://example.org/x.zarr", {"cache_storage": "/tmp/c"})
     assert options["cache_storage"] == "/tmp/c" and options["https"]["get_client"] == HttpClientFactory(100)
 

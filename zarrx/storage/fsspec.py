@@ -43,8 +43,8 @@ from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
 from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
-from zarrx.storage.readers import reader_for
-from zarrx.storage.transfers import BodyTooLarge, ObjectRead, ServerAnswer, Transfers
+from zarrx.storage.readers import read_synchronously, reader_for
+from zarrx.storage.transfers import BodyTooLarge, ObjectRead, ServerAnswer, Transfers, describe_failure
 
 __all__ = ["FsspecStore"]
 
@@ -212,16 +212,9 @@ class FsspecStore(Store):
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
         # the back end's error becomes the StoreError's __cause__, which tracebacks and logs show
         scrub(error, self.secrets)
-        where = f"could not {action} {key!r} at {self.url(key)}"
-        if isinstance(error, BodyTooLarge):
-            origin = "" if error.limit != self.options.max_read_size else " (zarrx_max_read_size: the limit for reads of no known size)"
-            return StoreError(f"{where}: {error}{origin}; refused rather than read")
-        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
-            detail = redact(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__, self.secrets)
-            timeouts = (f"zarrx_connect_timeout={self.options.connect_timeout:g} s, zarrx_timeout="
-                        f"{self.options.timeout:g} s, zarrx_request_deadline={self.options.request_deadline:g} s")  # fmt: skip
-            return StoreTimeoutError(f"{where}: timed out: {detail} ({timeouts})")
-        return StoreError(f"{where}: {redact(f'{type(error).__name__}: {error}', self.secrets)}")
+        timed_out, detail = describe_failure(error, self.options)
+        error_class = StoreTimeoutError if timed_out else StoreError
+        return error_class(f"could not {action} {key!r} at {self.url(key)}: {redact(detail, self.secrets)}")
 
     def _check_writable(self, key: str) -> None:
         if self.read_only_protocol:
@@ -284,24 +277,12 @@ class FsspecStore(Store):
         return self._outcome(retry, None, outcome)
 
     def _read_all(self, reads: Sequence[ObjectRead]) -> list[Any]:
-        """One outcome per read: on async file systems through :class:`Transfers`; on others one
-        ``cat_ranges``, or key by key when the batch fails as a whole."""
+        """One outcome per read: on async file systems through :class:`Transfers`, on others
+        :func:`~zarrx.storage.readers.read_synchronously`."""
         transfers = self.transfers
         if transfers is not None:
             return transfers.read_many(reads)
-        try:
-            return self.fs.cat_ranges(
-                [read.path for read in reads], [read.start for read in reads], [read.end for read in reads],
-                on_error="return",
-            )  # fmt: skip
-        except Exception:  # noqa: BLE001 (read again one by one: each outcome for its own key)
-            return [self._read_one(read) for read in reads]
-
-    def _read_one(self, read: ObjectRead) -> Any:
-        try:
-            return self.fs.cat_file(read.path, start=read.start, end=read.end)
-        except Exception as error:  # noqa: BLE001 (an outcome, as cat_ranges gives them)
-            return error
+        return read_synchronously(self.fs, reads, self.options)
 
     def _read_batch(self, requests: Sequence[tuple[str, ByteRequest | None]], max_size: int | None) -> list[bytes | None]:
         limit = self._limit(max_size)

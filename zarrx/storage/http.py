@@ -43,6 +43,8 @@ __all__ = ["HttpReader", "HttpClientFactory", "MISSING_STATUSES", "host_of"]
 MISSING_STATUSES = frozenset({404, 410})
 #: what an HTML page starts with (after white space)
 _HTML_STARTS = (b"<!doctype html", b"<html")
+#: what an HTML page answered for an object is
+HTML_ANSWER = "an HTML page (text/html) instead of the object: a login page, a missing object answered as a web page, or a wrong URL?"
 #: bytes read at a time from a body of unknown length
 STREAM_BLOCK = 2**20
 
@@ -79,6 +81,9 @@ class _Connection:
         self._started = 0.0
 
     async def opening(self) -> None:
+        # aiohttp sends a request once more on a new connection when the first one is closed
+        # under it (RFC 9112 section 9.3.1.1): that connection has failed
+        self.failed(slow=False)
         waited = time.monotonic()
         await self.limiter.open_connection(self.timeout)
         self.held = True
@@ -88,10 +93,10 @@ class _Connection:
     def opened(self) -> None:
         self.connect_seconds = time.monotonic() - self._started
 
-    def answered(self, holds_latency: bool) -> None:
+    def answered(self, holds_latency: bool, keeps_alive: bool) -> None:
         if self.held:
             self.held = False
-            self.limiter.connection_answered(self.connect_seconds, holds_latency)
+            self.limiter.connection_answered(self.connect_seconds, holds_latency, keeps_alive)
 
     def failed(self, slow: bool) -> None:
         if self.held:
@@ -201,7 +206,7 @@ class HttpReader:
             ) as response:
                 latency = time.monotonic() - sent - connection.gate_wait - (connection.connect_seconds or 0.0)
                 attempt.latency = max(latency, 0.0)
-                connection.answered(attempt.limiter.holds_latency(attempt.latency))
+                connection.answered(attempt.limiter.holds_latency(attempt.latency), _keeps_alive(response))
                 return await self._body(read, response)
         except aiohttp.ConnectionTimeoutError as error:
             slow = connect_timeout < self.connect_timeout
@@ -226,21 +231,32 @@ class HttpReader:
         # a 200 to a ranged request is the whole value: bounded by what the key may hold
         limit = read.limit if whole or not ranged else min(read.limit, read.length or read.limit)
         length = response.content_length
+        html = response.content_type == "text/html"
         if length is not None and length > limit:
+            if html:
+                raise ServerAnswer(status, HTML_ANSWER, None, transient=False)
             raise BodyTooLarge(length, limit, declared=True)
         if length is not None:
             body = await response.read()
         else:
             body = await _read_bounded(response.content, limit)
-        if response.content_type == "text/html" and body[:256].lstrip().lower().startswith(_HTML_STARTS):
-            raise ServerAnswer(status, "an HTML page instead of the object (a login page, a missing object "
-                               "answered as a web page, or a wrong URL?)", None, transient=False)  # fmt: skip
+        if html and body[:256].lstrip().lower().startswith(_HTML_STARTS):
+            raise ServerAnswer(status, HTML_ANSWER, None, transient=False)
         if not ranged:
             return body
         if whole:
             return _cut(body, read.start, read.end)
         _check_content_range(response.headers.get("Content-Range"), read.start)
         return body
+
+
+def _keeps_alive(response: Any) -> bool:
+    """Whether the server keeps the connection open for more requests (HTTP/1.1 unless it says
+    ``Connection: close``; HTTP/1.0 only when it says ``keep-alive``)."""
+    connection = response.headers.get("Connection", "").lower()
+    if tuple(response.version) >= (1, 1):
+        return "close" not in connection
+    return "keep-alive" in connection
 
 
 async def _read_bounded(content: Any, limit: int) -> bytes:

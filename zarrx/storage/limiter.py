@@ -10,27 +10,32 @@ adaptive retry mode do, with two windows per host:
 moderate (:data:`INITIAL_REQUESTS`) and grows by one per answer while latency holds (*slow
 start*: it doubles every round trip), then by ``1/limit`` per answer (one per round trip). An
 answer "holds latency" when its time to the first byte, less any connection set-up, is within
-:data:`LATENCY_TOLERANCE` times the lowest of the last answers. Signs of overload shrink it
-multiplicatively, at most once per round trip (the requests already in flight when a server
-falls over all fail together): 429/503/SlowDown (x :data:`THROTTLED_FACTOR`), connection resets
-and timeouts (x :data:`FAILURE_FACTOR`). The level where overload struck is remembered: the
-window grows back quickly to just below it, then probes above it slowly (as CUBIC does), so a
-server that throttles above 16 requests sees 16, not a saw-tooth between 8 and 17.
-A ``Retry-After`` pauses every new request to the host until then.
+:data:`LATENCY_TOLERANCE` times the lowest of the last answers; slow start ends when answers
+keep missing that. Signs of overload shrink the window multiplicatively: 429/503/SlowDown to
+:data:`THROTTLED_FACTOR` times the number of requests in flight when the refused one was sent,
+connection resets and timeouts to :data:`FAILURE_FACTOR` times it. Requests in flight when a
+server falls over all fail together: for a round trip after a decrease (the *recovery*) the
+window does not grow, and further signs only lower it to their own level, so one overload is one
+decrease. The level where overload struck (the *ceiling*) is remembered: the window grows back
+quickly to just below it, then probes above it slowly (as CUBIC does), and overload met again at
+that level only steps back below it, so a server that throttles above 16 requests sees about 16,
+not a saw-tooth between 8 and 17. A ``Retry-After`` pauses
+every new request to the host until then.
 
 **New connections not yet answered** (``connections``). Every request on a fresh connection
 holds one of these from the connection attempt until the first answer on it, so no more than
-this many connection attempts queue at a server that has not accepted them yet: a server with
-a listen backlog of 5 never sees 64 at once. It starts at :data:`INITIAL_CONNECTIONS`, doubles
-every round trip while connections open quickly, and halves on a *slow connect*: an attempt
-taking longer than :meth:`HostLimiter.connect_timeout` (eight times the usual connect time, at
-least :data:`MIN_SLOW_CONNECT` seconds), which the caller then abandons and starts afresh rather
-than wait for TCP's one-second retransmission. Servers that keep connections alive pay this
-only while connections are first opened; over HTTP/1.0 (a connection per request, as ``python
--m http.server``) it is what bounds the requests in flight.
+this many connection attempts queue at a server that has not accepted them yet: new
+connections open at a bounded rate, and a listen backlog of 5 never sees 64 at once. It starts at
+:data:`INITIAL_CONNECTIONS` (:data:`INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE` once a host is seen
+closing its connections after each answer, as HTTP/1.0 servers like ``python -m http.server``
+do: there every request is a new connection, and this window is what bounds them), grows by one
+per connection answered while latency holds, and halves on a *slow connect*: an attempt taking
+longer than :meth:`HostLimiter.connect_timeout` (eight times the usual connect time, at least
+:data:`MIN_SLOW_CONNECT` seconds), which the caller then abandons and starts afresh rather than
+wait for TCP's one-second retransmission.
 
 One limiter serves every store of a process that talks to the same host with the same cap
-(:func:`host_limiter`), per event loop. Everything here runs on that loop's thread, so no locks.
+(:func:`host_limiter`), per event loop. Everything here runs on that loop's thread: no locks.
 """
 
 from __future__ import annotations
@@ -43,29 +48,35 @@ from typing import Any
 
 __all__ = [
     "HostLimiter", "host_limiter", "INITIAL_REQUESTS", "INITIAL_CONNECTIONS", "LATENCY_TOLERANCE",
-    "THROTTLED_FACTOR", "FAILURE_FACTOR", "MIN_SLOW_CONNECT", "OVERLOAD_FACTORS",
+    "INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE", "THROTTLED_FACTOR", "FAILURE_FACTOR", "MIN_SLOW_CONNECT",
+    "OVERLOAD_FACTORS",
 ]  # fmt: skip
 
 #: requests in flight a new host starts with ("moderate": zarr-python keeps 10)
 INITIAL_REQUESTS = 16
-#: new connections a host starts with (below the listen backlog of 5 that small servers keep)
-INITIAL_CONNECTIONS = 4
-#: an answer within this factor of the lowest recent latency lets the window grow
+#: new connections not yet answered a new host starts with
+INITIAL_CONNECTIONS = 16
+#: ... and a host closing its connections after each answer (below the backlog of 5 of small servers)
+INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE = 4
+#: an answer within this factor of the lowest recent latency (plus a millisecond) lets a window grow
 LATENCY_TOLERANCE = 2.0
+LATENCY_SLACK = 0.001
 #: answers whose latencies make the baseline (the lowest of them)
 LATENCY_WINDOW = 100
 #: multiplicative decreases, by sign of overload
 THROTTLED_FACTOR = 0.7
 FAILURE_FACTOR = 0.5
 OVERLOAD_FACTORS = {"throttled": THROTTLED_FACTOR, "reset": FAILURE_FACTOR, "timeout": FAILURE_FACTOR}
-#: beyond the level of the last overload the window grows this many times slower
+#: between the ceiling and this many times it the window grows this many times slower; past it
+#: the ceiling is forgotten
 PROBE_SLOWDOWN = 4.0
+FORGET_CEILING = 1.5
 #: a connection attempt this many times slower than the usual one is a slow connect...
 SLOW_CONNECT_FACTOR = 8.0
 #: ...and never one faster than this (seconds)
 MIN_SLOW_CONNECT = 0.1
-#: the shortest time between two decreases (seconds), when no latency is known yet
-MIN_DECREASE_INTERVAL = 0.05
+#: the shortest recovery after a decrease (seconds); else two baseline latencies
+MIN_RECOVERY = 0.05
 
 
 class _Window:
@@ -81,16 +92,7 @@ class _Window:
     def free(self) -> bool:
         return self.held < max(1, int(self.size))
 
-    async def acquire(self, timeout: float | None, paused_until: float = 0.0) -> None:
-        while True:
-            wait = paused_until - time.monotonic()
-            if wait <= 0:
-                break
-            if timeout is not None and wait >= timeout:
-                raise asyncio.TimeoutError(f"the server asked to wait {wait:.1f} s, past the deadline")
-            await asyncio.sleep(wait)
-            timeout = None if timeout is None else timeout - wait
-            paused_until = 0.0
+    async def acquire(self, timeout: float | None) -> None:
         if self.free() and not self.waiters:
             self.held += 1
             return
@@ -103,17 +105,18 @@ class _Window:
                 self.release()  # granted while we were giving up: hand it on
             else:
                 waiter.cancel()
-                self._remove(waiter)
+                try:
+                    self.waiters.remove(waiter)
+                except ValueError:
+                    pass
             raise
-
-    def _remove(self, waiter: asyncio.Future) -> None:
-        try:
-            self.waiters.remove(waiter)
-        except ValueError:
-            pass
 
     def release(self) -> None:
         self.held -= 1
+        self.wake()
+
+    def resize(self, size: float, cap: float) -> None:
+        self.size = max(1.0, min(size, cap))
         self.wake()
 
     def wake(self) -> None:
@@ -129,16 +132,16 @@ class HostLimiter:
 
     Examples
     --------
-    >>> limiter = HostLimiter("http://example.org", cap=64)
+    >>> limiter = HostLimiter("http://example.org:80", cap=64)
     >>> limiter.limit, limiter.connections
-    (16, 4)
+    (16, 16)
     >>> for _ in range(16):
     ...     limiter.succeeded(0.02)
-    >>> limiter.limit                       # slow start: one more per answer
+    >>> limiter.limit                                  # slow start: one more per answer
     32
-    >>> limiter.overloaded("throttled", in_flight=20)
+    >>> limiter.overloaded("throttled", level=17)      # refused when sent as the 17th in flight
     >>> round(limiter.limit, 1), limiter.ceiling
-    (14.0, 20)
+    (11.9, 17)
     """
 
     def __init__(self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS):
@@ -148,15 +151,16 @@ class HostLimiter:
         self._connections = _Window(min(connections, cap))
         #: growing by one per answer (until the first sign of overload or of rising latency)
         self.slow_start = True
-        self.connection_slow_start = True
         #: the level of the last overload: below it the window grows quickly, above it slowly
         self.ceiling: int | None = None
+        #: whether the host keeps connections alive (None: not seen yet)
+        self.keeps_alive: bool | None = None
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self._smoothed_ratio = 1.0
         self._connect_time: float | None = None
-        self._last_decrease = -1e9
-        self.paused_until = 0.0
-        #: what happened, for tests and ``repr``: answers, decreases by reason, slow connects
+        self._recovery_until = -1e9
+        self._paused_until = 0.0
+        #: what happened, for tests and ``repr``: answers, signs of overload, decreases, slow connects
         self.counts: collections.Counter[str] = collections.Counter()
 
     # -- the windows -----------------------------------------------------------------------
@@ -179,9 +183,15 @@ class HostLimiter:
         return self._connections.held
 
     async def acquire(self, timeout: float | None = None) -> None:
-        """Wait (at most ``timeout`` seconds: asyncio.TimeoutError) for a request slot; then
-        :meth:`release` it when the request is done."""
-        await self._requests.acquire(timeout, self.paused_until)
+        """Wait for a request slot (at most ``timeout`` seconds, else asyncio.TimeoutError, also
+        when a ``Retry-After`` pause lasts longer); :meth:`release` it when the request is done."""
+        wait = self._paused_until - time.monotonic()
+        if wait > 0:
+            if timeout is not None and wait >= timeout:
+                raise asyncio.TimeoutError(f"the server asked to wait {wait:.1f} s more, past the deadline")
+            await asyncio.sleep(wait)
+            timeout = None if timeout is None else timeout - wait
+        await self._requests.acquire(timeout)
 
     def release(self) -> None:
         self._requests.release()
@@ -198,53 +208,53 @@ class HostLimiter:
         return min(self._latencies) if self._latencies else None
 
     def holds_latency(self, latency: float) -> bool:
-        """Whether ``latency`` is within :data:`LATENCY_TOLERANCE` of the baseline (1 ms of slack
-        for clocks and loaded machines)."""
+        """Whether ``latency`` is within :data:`LATENCY_TOLERANCE` of the baseline."""
         baseline = self.baseline
-        return baseline is None or latency <= LATENCY_TOLERANCE * baseline + 0.001
+        return baseline is None or latency <= LATENCY_TOLERANCE * baseline + LATENCY_SLACK
 
     def succeeded(self, latency: float) -> None:
-        """An answer came ``latency`` seconds after the request was sent (connection set-up excluded).
-
-        The window grows when the answer holds latency; slow start ends when the answers keep
-        not doing so (a smoothed ratio to the baseline above the tolerance), not on one late answer.
-        """
+        """An answer came ``latency`` seconds after the request was sent (connection set-up excluded)."""
         self.counts["answers"] += 1
         holds = self.holds_latency(latency)
         self._latencies.append(latency)
-        ratio = latency / max(self.baseline, 1e-4)
-        self._smoothed_ratio = 0.9 * self._smoothed_ratio + 0.1 * ratio
+        self._smoothed_ratio = 0.9 * self._smoothed_ratio + 0.1 * latency / max(self.baseline, 1e-4)
         if self._smoothed_ratio > LATENCY_TOLERANCE:
-            self.slow_start = False
-        if not holds:
+            self.slow_start = False  # the answers keep coming later: the server is queueing
+        if not holds or time.monotonic() < self._recovery_until:
             return
-        window = self._requests
-        if self.slow_start or (self.ceiling is not None and window.size < self.ceiling - 1):
-            window.size += 1
-        elif self.ceiling is not None and window.size >= self.ceiling - 1:
-            window.size += 1 / (window.size * PROBE_SLOWDOWN)
+        size, ceiling = self._requests.size, self.ceiling
+        if self.slow_start or (ceiling is not None and size < ceiling - 1):
+            size += 1
+        elif ceiling is not None and size < FORGET_CEILING * ceiling:
+            size += 1 / (size * PROBE_SLOWDOWN)
         else:
-            window.size += 1 / window.size
-        window.size = min(window.size, self.cap)
-        window.wake()
+            self.ceiling = None
+            size += 1 / size
+        self._requests.resize(size, self.cap)
 
-    def overloaded(self, reason: str, in_flight: int | None = None) -> None:
-        """A sign of overload (``"throttled"``, ``"reset"`` or ``"timeout"``) while ``in_flight``
-        requests were in flight: shrink, at most once per round trip."""
+    def overloaded(self, reason: str, level: int | None = None) -> None:
+        """A sign of overload (``"throttled"``, ``"reset"`` or ``"timeout"``) on a request sent
+        while ``level`` requests were in flight (itself included): shrink (see the module docstring)."""
         self.counts[reason] += 1
         self.slow_start = False
+        level = max(1, level if level is not None else self.in_flight)
         now = time.monotonic()
-        if now - self._last_decrease < max(MIN_DECREASE_INTERVAL, 2 * (self.baseline or 0)):
-            return
-        self._last_decrease = now
-        level = max(1, in_flight if in_flight is not None else self.in_flight)
-        self.ceiling = level
-        self._requests.size = max(1.0, min(self._requests.size, level) * OVERLOAD_FACTORS[reason])
-        self.counts["decreases"] += 1
+        known = self.ceiling
+        if now < self._recovery_until and known is not None:
+            self.ceiling = min(known, level)  # the same overload, seen by another request
+        else:
+            self.counts["decreases"] += 1
+            self.ceiling = level
+            self._recovery_until = now + max(MIN_RECOVERY, 2 * (self.baseline or 0.0))
+        if known is not None and known - 1 <= level <= known + 1:
+            size = level - 1  # a probe of the known ceiling: back just below it
+        else:
+            size = OVERLOAD_FACTORS[reason] * self.ceiling
+        self._requests.resize(min(self._requests.size, size), self.cap)
 
     def pause(self, seconds: float) -> None:
         """The server asked for ``Retry-After: seconds``: no new request to it before then."""
-        self.paused_until = max(self.paused_until, time.monotonic() + seconds)
+        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
 
     # -- connections ---------------------------------------------------------------------------
     def connect_timeout(self, configured: float, attempt: int = 0) -> float:
@@ -255,22 +265,24 @@ class HostLimiter:
             return configured
         return min(configured, max(MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR * self._connect_time) * 2**attempt)
 
-    def connection_answered(self, connect_seconds: float | None, holds_latency: bool = True) -> None:
-        """The first answer came on a new connection, opened in ``connect_seconds``."""
+    def connection_answered(self, connect_seconds: float | None, holds_latency: bool, keeps_alive: bool) -> None:
+        """The first answer came on a new connection, opened in ``connect_seconds``; the server
+        keeps the connection alive for more requests or not."""
         if connect_seconds is not None:
             known = self._connect_time
             self._connect_time = connect_seconds if known is None else 0.8 * known + 0.2 * min(connect_seconds, 4 * known)
         window = self._connections
+        if self.keeps_alive is None and not keeps_alive:
+            window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
+        self.keeps_alive = keeps_alive
         if holds_latency:
-            window.size += 1 if self.connection_slow_start else 1 / window.size
-            window.size = min(window.size, max(self.cap, 1))
+            window.size = min(window.size + 1, self.cap)
         window.release()
 
     def connection_failed(self, slow: bool) -> None:
         """A new connection failed before its first answer; ``slow``: its attempt timed out."""
         if slow:
             self.counts["slow connects"] += 1
-            self.connection_slow_start = False
             self._connections.size = max(1.0, self._connections.size / 2)
         self._connections.release()
 

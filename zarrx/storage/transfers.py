@@ -33,7 +33,7 @@ from zarrx.storage.limiter import HostLimiter, host_limiter
 
 __all__ = [
     "ObjectRead", "Attempt", "BodyTooLarge", "ServerAnswer", "SlowConnect", "DeadlineExceeded", "Transfers",
-    "backoff", "RETRY_STATUSES", "classify",
+    "backoff", "RETRY_STATUSES", "classify", "describe_failure",
 ]  # fmt: skip
 
 #: HTTP statuses worth a second try (RFC 9110: the server may answer differently later)
@@ -42,6 +42,8 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 STATUS_OVERLOAD = {429: "throttled", 503: "throttled", 504: "timeout"}
 BACKOFF_BASE = 0.1
 BACKOFF_MAX = 5.0
+#: seconds of jitter added to a server's Retry-After (requests refused together do not return together)
+RETRY_AFTER_JITTER = 0.01
 #: a connection attempt started afresh after a slow connect does not count as a retry, this many times
 MAX_SLOW_CONNECTS = 6
 
@@ -75,6 +77,8 @@ class Attempt:
     deadline: float
     #: attempts of this request abandoned as slow connects so far
     slow_connects: int = 0
+    #: requests in flight to the host when this one was sent (itself included)
+    in_flight: int = 0
     #: seconds to the first byte, connection set-up excluded (the reader sets it)
     latency: float | None = None
 
@@ -97,7 +101,7 @@ class ServerAnswer(Exception):
     def __init__(self, status: int, reason: str | None, retry_after: str | None, transient: bool | None = None):
         self.status, self.reason, self.retry_after = status, reason, retry_after
         self.transient = status in RETRY_STATUSES if transient is None else transient
-        super().__init__(f"{status} {reason or ''}".strip())
+        super().__init__(f"the server answered {status} {reason or ''}".strip())
 
     def retry_after_seconds(self) -> float | None:
         """``Retry-After`` in seconds (delay-seconds or an HTTP date, RFC 9110 section 10.2.3)."""
@@ -120,6 +124,23 @@ class SlowConnect(Exception):
 
 class DeadlineExceeded(TimeoutError):
     """A request or batch went past its deadline (the message says which and how long)."""
+
+
+def describe_failure(error: BaseException, options: Any) -> tuple[bool, str]:
+    """Whether ``error`` is a timeout, and what to say about it: which limit it met and the
+    option (of :class:`~zarrx.storage.remote.RemoteOptions` ``options``) that sets it."""
+    name, text = type(error).__name__, str(error)
+    if isinstance(error, BodyTooLarge):
+        unknown = error.limit == options.max_read_size
+        return False, f"{text}{' (zarrx_max_read_size: the limit for values of no known size)' if unknown else ''}; refused"
+    if isinstance(error, DeadlineExceeded):
+        return True, f"timed out: {text}"
+    if isinstance(error, TimeoutError) or "Timeout" in name:
+        detail = f"{name}: {text}" if text else name
+        if "Connect" in name:
+            return True, f"timed out: no connection within {options.connect_timeout:g} s (zarrx_connect_timeout; {detail})"
+        return True, f"timed out: no data for {options.timeout:g} s (zarrx_timeout; {detail})"
+    return False, text if isinstance(error, ServerAnswer) else f"{name}: {text}"
 
 
 def backoff(attempt: int) -> float:
@@ -254,17 +275,16 @@ class Transfers:
                 await limiter.acquire(attempt.remaining())
             except asyncio.TimeoutError:
                 raise DeadlineExceeded(self._deadline_text(*which) + " (waiting for the server to take requests)") from None
+            attempt.in_flight = limiter.in_flight
             try:
                 value = await asyncio.wait_for(send(attempt), attempt.remaining())
-            except asyncio.TimeoutError as error:
-                if time.monotonic() >= deadline - 0.001:
-                    limiter.overloaded("timeout", limiter.in_flight)
-                    raise DeadlineExceeded(self._deadline_text(*which)) from None
-                failure = error
-            except SlowConnect as error:
-                failure = error
             except Exception as error:  # noqa: BLE001 (classified below)
                 failure = error
+                # the requests in flight with this one: the level where the server gave up
+                level = max(attempt.in_flight, limiter.in_flight)
+                if isinstance(error, asyncio.TimeoutError) and time.monotonic() >= deadline - 0.001:
+                    limiter.overloaded("timeout", level)
+                    raise DeadlineExceeded(self._deadline_text(*which)) from None
             else:
                 limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0)
                 return value
@@ -275,12 +295,13 @@ class Transfers:
                 continue
             transient, overload = classify(failure)
             if overload is not None:
-                limiter.overloaded(overload, limiter.in_flight + 1)
+                limiter.overloaded(overload, level)
             if not transient or failures >= retries:
                 raise failure
             failures += 1
             retry_after = failure.retry_after_seconds() if isinstance(failure, ServerAnswer) else None
-            wait = retry_after if retry_after is not None else backoff(failures)
+            # the server's Retry-After (its whole host pauses), else a jittered backoff
+            wait = retry_after + random.uniform(0, RETRY_AFTER_JITTER) if retry_after is not None else backoff(failures)
             if retry_after:
                 limiter.pause(retry_after)
             if time.monotonic() + wait >= deadline:
