@@ -8,7 +8,8 @@ value. How it fetches:
   dict) large chunks are read, decoded and copied one per pool task -- no batch of compressed
   bytes held, no barrier between reading and decoding. Otherwise the chunks come in batched
   ``get_many`` calls of about a tenth of the output (:func:`zarrx.io.plan.batches`), then are
-  decoded.
+  decoded on the pool; small chunks (decoded on the calling thread anyway) come through
+  ``iter_many`` and are decoded as they arrive, while the rest of the batch is in flight.
 * **Shards** read in parts take two batched ``get_ranges`` calls per batch of shards: the whole
   object when every inner chunk of it is wanted, else just its index; then the merged byte
   ranges of the wanted, non-empty inner chunks (:func:`zarrx.io.plan.inner_reads`) and each of
@@ -102,6 +103,11 @@ class Fetcher:
         """Whole objects, one ``get_many``; missing ones map to None."""
         keys = list(dict.fromkeys(key for key, _, _, _ in requests))
         return bounded_get_many(self.store, keys, self.max_size)
+
+    def arriving(self, requests: Sequence[Request]) -> Iterable[tuple[str, bytes | None]]:
+        """Whole objects as they arrive (one ``iter_many``, the batch of :meth:`objects`)."""
+        keys = list(dict.fromkeys(key for key, _, _, _ in requests))
+        return self.store.iter_many(keys, max_size=self.max_size)
 
     def ranges(self, requests: Sequence[Request]) -> list[bytes | None]:
         """Byte ranges (whole objects as ``OffsetByteRequest(0)``), one ``get_ranges``."""
@@ -261,7 +267,14 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
                 decoder.run(read_one, batch)
         return
     for batch in batches(handle, objects, out.nbytes):
-        blobs = fetcher.objects([_chunk_request(plan) for plan in batch])
+        requests = [_chunk_request(plan) for plan in batch]
+        if not decoder.threaded and not fetcher.dry:
+            # small chunks decode on this thread anyway: each as it arrives, while the rest travel
+            plans = {plan.key: plan for plan in batch}
+            for key, raw in fetcher.arriving(requests):
+                decoder.place(plans[key].pieces[0][1], key, raw)
+            continue
+        blobs = fetcher.objects(requests)
         if not fetcher.dry:
             decoder.run(lambda plan: decoder.place(plan.pieces[0][1], plan.key, blobs.get(plan.key)), batch)
 

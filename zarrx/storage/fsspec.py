@@ -309,6 +309,16 @@ class FsspecStore(Store):
         keys = list(dict.fromkeys(keys))
         return dict(zip(keys, self._read_batch([(key, None) for key in keys], max_size), strict=True))
 
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        keys = list(dict.fromkeys(keys))
+        transfers = self.transfers
+        if transfers is None or len(keys) < 2:
+            yield from self.get_many(keys, max_size=max_size).items()
+            return
+        reads = [ObjectRead(key, self._path(key), None, None, self._limit(max_size)) for key in keys]
+        for position, outcome in transfers.iter_reads(reads):
+            yield keys[position], self._outcome(reads[position], None, outcome)
+
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:

@@ -227,6 +227,13 @@ class Store(ABC):
         """
         return {key: self.get(key) for key in keys}
 
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        """``(key, value)`` for each of ``keys`` (once each), as the values arrive, in any order:
+        one batch, as :meth:`get_many`, whose values a store reading over a network yields one by
+        one, so a caller can decode a value while others are in flight. This default yields
+        :meth:`get_many`'s."""
+        return iter(bounded_get_many(self, keys, max_size).items())
+
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:
@@ -343,6 +350,12 @@ class WrapperStore(Store):
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         return bounded_get_many(self.inner, keys, max_size)
+
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        if type(self).get_many is not WrapperStore.get_many:
+            # this wrapper changes what get_many does (counts, prefetches, fails): through it
+            return iter(bounded_get_many(self, keys, max_size).items())
+        return self.inner.iter_many(keys, max_size=max_size)
 
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None

@@ -23,11 +23,12 @@ the store turns exceptions into errors naming the key and its URL.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import queue
 import random
 import time
-import inspect
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from zarrx.storage.limiter import HostLimiter, host_limiter
 
@@ -42,6 +43,8 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 STATUS_OVERLOAD = {429: "throttled", 503: "throttled", 504: "timeout"}
 BACKOFF_BASE = 0.1
 BACKOFF_MAX = 5.0
+#: seconds past the batch deadline a caller waits for the loop before giving up on it
+BATCH_MARGIN = 5.0
 #: seconds of jitter added to a server's Retry-After (requests refused together do not return together)
 RETRY_AFTER_JITTER = 0.01
 #: a connection attempt started afresh after a slow connect does not count as a retry, this many times
@@ -221,11 +224,46 @@ class Transfers:
 
     def read_many(self, reads: Sequence[ObjectRead]) -> list[Any]:
         """One outcome per read, in order: bytes, None (missing) or the exception that ended it."""
-        return self.run(lambda: self._gather([self._read(read, self._batch_deadline()) for read in reads]))
+        outcomes: list[Any] = [None] * len(reads)
+        for position, outcome in self.iter_reads(reads):
+            outcomes[position] = outcome
+        return outcomes
+
+    def iter_reads(self, reads: Sequence[ObjectRead]) -> Iterator[tuple[int, Any]]:
+        """``(position, outcome)`` of each read as it completes, on the calling thread, so the
+        caller can use one value while the others are in flight. Leaving early cancels the rest."""
+        arrived: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+
+        async def batch() -> None:
+            deadline = self._batch_deadline()
+
+            async def one(position: int, read: ObjectRead) -> None:
+                try:
+                    outcome = await self._read(read, deadline)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as error:  # noqa: BLE001 (an outcome of this read)
+                    outcome = error
+                arrived.put((position, outcome))
+
+            await asyncio.gather(*(one(position, read) for position, read in enumerate(reads)))
+
+        running = asyncio.run_coroutine_threadsafe(batch(), self.fs.loop)
+        try:
+            for _ in range(len(reads)):
+                # every read ends by the batch deadline; the margin only guards against a stuck loop
+                yield arrived.get(timeout=self.options.batch_deadline + BATCH_MARGIN)
+        finally:
+            running.cancel()
 
     def write_many(self, items: Sequence[tuple[str, str, bytes]]) -> list[Any]:
         """Write ``(key, path, value)`` items; one outcome per item (None or the exception)."""
-        return self.run(lambda: self._gather([self._write(path, value, self._batch_deadline()) for _, path, value in items]))
+
+        async def batch() -> list[Any]:
+            deadline = self._batch_deadline()
+            return await self._gather([self._write(path, value, deadline) for _, path, value in items])
+
+        return self.run(batch)
 
     def call(self, what: str, make: Callable[[], Awaitable[Any]]) -> Any:
         """One request of the file system (a listing, a delete), within the request deadline."""
