@@ -205,8 +205,8 @@ class HttpReader:
                 fs.encode_url(read.path), headers=headers, timeout=timeout, trace_request_ctx=connection, **options
             ) as response:
                 latency = time.monotonic() - sent - connection.gate_wait - (connection.connect_seconds or 0.0)
-                attempt.latency = max(latency, 0.0)
-                connection.answered(attempt.limiter.holds_latency(attempt.latency), _keeps_alive(response))
+                attempt.latency, attempt.fresh = max(latency, 0.0), connection.held
+                connection.answered(attempt.limiter.holds_latency(attempt.latency, fresh=True), _keeps_alive(response))
                 return await self._body(read, response)
         except aiohttp.ConnectionTimeoutError as error:
             slow = connect_timeout < self.connect_timeout

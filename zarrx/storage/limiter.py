@@ -9,9 +9,10 @@ adaptive retry mode do, with two windows per host:
 **Requests in flight** (``limit``, at most the store's cap ``zarrx_max_concurrency``). It starts
 moderate (:data:`INITIAL_REQUESTS`) and grows by one per answer while latency holds (*slow
 start*: it doubles every round trip), then by ``1/limit`` per answer (one per round trip). An
-answer "holds latency" when its time to the first byte, less any connection set-up, is within
-:data:`LATENCY_TOLERANCE` times the lowest of the last answers; slow start ends when answers
-keep missing that. Signs of overload shrink the window multiplicatively: 429/503/SlowDown to
+answer "holds latency" when its time to the first byte, less the client's connection set-up, is
+within :data:`LATENCY_TOLERANCE` times the lowest of the last answers of its kind -- on a reused
+connection, or on a new one (which a server must first accept, and may start a thread for);
+slow start ends when answers keep missing that. Signs of overload shrink the window multiplicatively: 429/503/SlowDown to
 :data:`THROTTLED_FACTOR` times the number of requests in flight when the refused one was sent,
 connection resets and timeouts to :data:`FAILURE_FACTOR` times it. Requests in flight when a
 server falls over all fail together: for a round trip after a decrease (the *recovery*) the
@@ -99,7 +100,8 @@ class _Window:
         waiter = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            async with asyncio.timeout(timeout):
+                await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # granted while we were giving up: hand it on
@@ -125,6 +127,31 @@ class _Window:
             if not waiter.done():
                 self.held += 1
                 waiter.set_result(None)
+
+
+class _Latencies:
+    """The last latencies of one kind of answer: their lowest is the baseline."""
+
+    __slots__ = ("recent", "smoothed_ratio")
+
+    def __init__(self) -> None:
+        self.recent: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self.smoothed_ratio = 1.0
+
+    @property
+    def baseline(self) -> float | None:
+        return min(self.recent) if self.recent else None
+
+    def holds(self, latency: float) -> bool:
+        baseline = self.baseline
+        return baseline is None or latency <= LATENCY_TOLERANCE * baseline + LATENCY_SLACK
+
+    def add(self, latency: float) -> tuple[bool, float]:
+        """Record ``latency``: whether it held, and the smoothed ratio of latencies to the baseline."""
+        holds = self.holds(latency)
+        self.recent.append(latency)
+        self.smoothed_ratio = 0.9 * self.smoothed_ratio + 0.1 * latency / max(self.baseline, 1e-4)
+        return holds, self.smoothed_ratio
 
 
 class HostLimiter:
@@ -155,8 +182,9 @@ class HostLimiter:
         self.ceiling: int | None = None
         #: whether the host keeps connections alive (None: not seen yet)
         self.keeps_alive: bool | None = None
-        self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
-        self._smoothed_ratio = 1.0
+        #: latencies of answers on reused connections, and on new ones (which include the
+        #: server's set-up of the connection: a thread to start, an accept queue to wait in)
+        self._latency = {False: _Latencies(), True: _Latencies()}
         self._connect_time: float | None = None
         self._recovery_until = -1e9
         self._paused_until = 0.0
@@ -204,21 +232,20 @@ class HostLimiter:
     # -- what the answers say ----------------------------------------------------------------
     @property
     def baseline(self) -> float | None:
-        """The lowest latency of the last answers (seconds)."""
-        return min(self._latencies) if self._latencies else None
+        """The lowest latency of the last answers on reused connections, else on new ones (seconds)."""
+        return self._latency[False].baseline or self._latency[True].baseline
 
-    def holds_latency(self, latency: float) -> bool:
-        """Whether ``latency`` is within :data:`LATENCY_TOLERANCE` of the baseline."""
-        baseline = self.baseline
-        return baseline is None or latency <= LATENCY_TOLERANCE * baseline + LATENCY_SLACK
+    def holds_latency(self, latency: float, fresh: bool = False) -> bool:
+        """Whether ``latency`` is within :data:`LATENCY_TOLERANCE` of the baseline of answers like
+        it (on a new connection, ``fresh``, or a reused one)."""
+        return self._latency[fresh].holds(latency)
 
-    def succeeded(self, latency: float) -> None:
-        """An answer came ``latency`` seconds after the request was sent (connection set-up excluded)."""
+    def succeeded(self, latency: float, fresh: bool = False) -> None:
+        """An answer came ``latency`` seconds after the request was sent (connection set-up
+        excluded), on a new connection (``fresh``) or a reused one."""
         self.counts["answers"] += 1
-        holds = self.holds_latency(latency)
-        self._latencies.append(latency)
-        self._smoothed_ratio = 0.9 * self._smoothed_ratio + 0.1 * latency / max(self.baseline, 1e-4)
-        if self._smoothed_ratio > LATENCY_TOLERANCE:
+        holds, ratio = self._latency[fresh].add(latency)
+        if ratio > LATENCY_TOLERANCE:
             self.slow_start = False  # the answers keep coming later: the server is queueing
         if not holds or time.monotonic() < self._recovery_until:
             return

@@ -43,6 +43,8 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 STATUS_OVERLOAD = {429: "throttled", 503: "throttled", 504: "timeout"}
 BACKOFF_BASE = 0.1
 BACKOFF_MAX = 5.0
+#: requests of a batch that set off before the others are made ready
+FIRST_REQUESTS = 8
 #: seconds past the batch deadline a caller waits for the loop before giving up on it
 BATCH_MARGIN = 5.0
 #: seconds of jitter added to a server's Retry-After (requests refused together do not return together)
@@ -84,6 +86,8 @@ class Attempt:
     in_flight: int = 0
     #: seconds to the first byte, connection set-up excluded (the reader sets it)
     latency: float | None = None
+    #: whether the answer came on a new connection (the reader sets it)
+    fresh: bool = False
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -246,7 +250,12 @@ class Transfers:
                     outcome = error
                 arrived.put((position, outcome))
 
-            await asyncio.gather(*(one(position, read) for position, read in enumerate(reads)))
+            tasks = []
+            for position, read in enumerate(reads):
+                tasks.append(asyncio.ensure_future(one(position, read)))
+                if position == FIRST_REQUESTS:
+                    await asyncio.sleep(0)  # the first requests go out before the rest are made ready
+            await asyncio.gather(*tasks)
 
         running = asyncio.run_coroutine_threadsafe(batch(), self.fs.loop)
         try:
@@ -270,7 +279,8 @@ class Transfers:
 
         async def bounded() -> Any:
             try:
-                return await asyncio.wait_for(make(), self.options.request_deadline)
+                async with asyncio.timeout(self.options.request_deadline):
+                    return await make()
             except asyncio.TimeoutError:
                 raise DeadlineExceeded(self._deadline_text("request", self.options.request_deadline, what)) from None
 
@@ -315,7 +325,8 @@ class Transfers:
                 raise DeadlineExceeded(self._deadline_text(*which) + " (waiting for the server to take requests)") from None
             attempt.in_flight = limiter.in_flight
             try:
-                value = await asyncio.wait_for(send(attempt), attempt.remaining())
+                async with asyncio.timeout(attempt.remaining()):
+                    value = await send(attempt)
             except Exception as error:  # noqa: BLE001 (classified below)
                 failure = error
                 # the requests in flight with this one: the level where the server gave up
@@ -324,7 +335,7 @@ class Transfers:
                     limiter.overloaded("timeout", level)
                     raise DeadlineExceeded(self._deadline_text(*which)) from None
             else:
-                limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0)
+                limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0, attempt.fresh)
                 return value
             finally:
                 limiter.release()
