@@ -22,12 +22,17 @@ chunks (zstd) from its URL and read it all. On the 20 ms backlog 128 server thre
 ``xr.open_dataset`` of 100 variables with and without consolidated metadata, and a 20 x 100 x 100
 region of a sharded array (shards 64 x 256 x 256, inner chunks 16 x 32 x 32).
 
-Every measurement is a **fresh process** (no warm connection pool, no learned concurrency):
-it imports the library, then times the open and the read, checks the values (a hash equal
-between the libraries) and reports. ``--rounds`` (default 3) rounds interleave the libraries
-(zarrx, zarr-python, zarr-python, zarrx, ...) so both see the same machine load; the table
-gives medians, the zarrx / zarr-python ratio, and, where the server counts them, the requests
-of the last run, the most in flight at once and the 503s answered.
+Every measurement is a **fresh process** (no warm connection pool, no learned concurrency): it
+imports the library (and aiohttp, fsspec's HTTP file system and s3fs, which both libraries would
+otherwise import on the first URL), then times the open and the read, and checks the values (a
+hash equal between the libraries). ``--rounds`` (default 3) rounds interleave the libraries
+(zarrx, zarr-python, then zarr-python, zarrx, ...) so both see the same machine load; the table
+gives medians, the zarrx / zarr-python ratio, the issue's target, and where the server counts
+them the requests of the last run, the most in flight at once and the 503s answered.
+
+The **floor** column reads the same 256 chunks over HTTP with plain aiohttp, 64 requests at once
+from the start, no decoding: how fast a Python client can be against that server on this machine
+in this run (a server with a small backlog shows what a fixed 64 costs there).
 
 Usage::
 
@@ -44,6 +49,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -57,10 +63,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARIES = ("zarrx", "zarr-python")
+FLOOR = "aiohttp"
 BUCKET = "bench"
 S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
 #: the request deadline zarrx gets on the stalled server
 STALL_DEADLINE = 2.0
+#: requests the floor keeps in flight
+FLOOR_CONCURRENCY = 64
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,11 @@ class Sizes:
     shards: tuple[int, ...]
     inner: tuple[int, ...]
     region: tuple[tuple[int, int], ...]
+
+    @property
+    def chunk_keys(self) -> list[str]:
+        grid = [-(-size // chunk) for size, chunk in zip(self.array, self.chunks)]
+        return [f"c/{i}/{j}" for i in range(grid[0]) for j in range(grid[1])]
 
 
 FULL = Sizes(
@@ -125,16 +139,17 @@ def upload(root: Path, endpoint: str) -> None:
 
 # -- the servers --------------------------------------------------------------------------------
 class Server:
-    """A server in a process of its own, printing its URL on its first line."""
+    """A server in a process of its own, printing its URL (or, for ``http.server``, its port) first."""
 
-    def __init__(self, command: list[str], url_from_line=lambda line: line.strip()) -> None:
+    def __init__(self, command: list[str]) -> None:
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment
         )
         line = self.process.stdout.readline()
-        self.url = url_from_line(line)
-        if not self.url or not self.url.startswith("http://"):
+        port = re.search(r"port (\d+)", line)
+        self.url = f"http://127.0.0.1:{port[1]}" if port else line.strip()
+        if not self.url.startswith("http://"):
             self.close()
             raise RuntimeError(f"{command} did not start (it printed {line!r})")
         self.counts = command[1:3] == ["-m", "tests.http_server"]
@@ -159,47 +174,36 @@ class Server:
             self.process.wait()
 
 
-def start_server(kind: str, root: Path, delay: float) -> Server:
-    test_server = [sys.executable, "-m", "tests.http_server", str(root), "--delay", str(delay)]
-    if kind == "plain":
-        import re
-
-        command = [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(root)]
-        match = lambda line: f"http://127.0.0.1:{m[1]}" if (m := re.search(r"port (\d+)", line)) else ""  # noqa: E731
-        return Server(command, match)
-    if kind == "s3":
-        server = Server([sys.executable, "-m", "tests.s3_server"])
-        upload(root, server.url)
-        return server
-    extra = {
-        "backlog5": ["--backlog", "5"],
-        "backlog128": ["--backlog", "128"],
-        "throttle16": ["--backlog", "128", "--throttle", "16", "--retry-after", "0"],
-        "stalled": ["--backlog", "128", "--stall"],
-    }[kind]
-    return Server(test_server + extra)
-
-
-#: server -> (title, cases run on it)
-SERVERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "plain": ("`python -m http.server`", ("read",)),
-    "backlog5": ("20 ms, backlog 5", ("read",)),
-    "backlog128": ("20 ms, backlog 128", ("read", "open_consolidated", "open_listed", "sharded")),
-    "throttle16": ("20 ms, 503 + Retry-After above 16 in flight", ("read",)),
-    "s3": ("S3 (moto)", ("read",)),
-    "stalled": ("stalled (never answers)", ("stalled",)),
-}
+#: server -> (title, how to start it, cases run on it)
+SERVERS: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
+    "plain": ("`python -m http.server`", ["-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", "{root}"],
+              ("read",)),
+    "backlog5": ("{delay} ms, backlog 5", ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "5"],
+                 ("read",)),
+    "backlog128": ("{delay} ms, backlog 128", ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128"],
+                   ("read", "open_consolidated", "open_listed", "sharded")),
+    "throttle16": ("{delay} ms, 503 + Retry-After above 16 in flight",
+                   ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128", "--throttle", "16",
+                    "--retry-after", "0"], ("read",)),
+    "s3": ("S3 (moto)", ["-m", "tests.s3_server"], ("read",)),
+    "stalled": ("stalled (never answers)", ["-m", "tests.http_server", "{root}", "--stall"], ("stalled",)),
+}  # fmt: skip
 #: the issue's targets: zarrx / zarr-python at most this on the 256-chunk read
 TARGETS = {"plain": 1.0, "backlog5": 0.5, "backlog128": 0.25, "throttle16": 0.5}
 
 
+def start_server(kind: str, root: Path, delay: float) -> Server:
+    arguments = [argument.format(root=root, delay=delay) for argument in SERVERS[kind][1]]
+    server = Server([sys.executable, *arguments])
+    if kind == "s3":
+        upload(root, server.url)
+    return server
+
+
 def case_title(case: str, sizes: Sizes) -> str:
-    chunks = 1
-    for size, chunk in zip(sizes.array, sizes.chunks):
-        chunks *= -(-size // chunk)
     shape = "x".join(str(stop - start) for start, stop in sizes.region)
     return {
-        "read": f"read {chunks} chunks",
+        "read": f"read {len(sizes.chunk_keys)} chunks",
         "open_consolidated": f"xarray open, {sizes.variables} variables, consolidated",
         "open_listed": f"xarray open, {sizes.variables} variables, not consolidated",
         "sharded": f"sharded region {shape}",
@@ -209,16 +213,14 @@ def case_title(case: str, sizes: Sizes) -> str:
 
 # -- one measurement: a fresh process ------------------------------------------------------------
 def worker(library: str, case: str, url: str, options: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
-    """Run in the fresh process: import, then time the open and the read.
-
-    Both libraries import aiohttp, fsspec's HTTP file system and s3fs lazily, on the first URL
-    they open; they are imported here first, so the time is the network's, not the imports'.
-    """
+    """Run in the fresh process: import, then time the open and the read."""
     import fsspec.implementations.http  # noqa: F401
     import numpy as np
     import s3fs  # noqa: F401
     import xarray as xr
 
+    if library == FLOOR:
+        return floor(url, sizes)
     if library == "zarrx":
         import zarrx
         import zarrx.xarray  # noqa: F401
@@ -253,6 +255,28 @@ def worker(library: str, case: str, url: str, options: dict[str, Any], sizes: Si
     return {"seconds": seconds, "digest": digest}
 
 
+def floor(url: str, sizes: Sizes) -> dict[str, Any]:
+    """zarr.json, then every chunk, with aiohttp: 64 requests at once from the start, no decoding."""
+    import asyncio
+
+    import aiohttp
+
+    async def run() -> int:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=FLOOR_CONCURRENCY)) as session:
+            slots = asyncio.Semaphore(FLOOR_CONCURRENCY)
+
+            async def get(key: str) -> int:
+                async with slots, session.get(f"{url}/chunks.zarr/{key}") as response:
+                    return len(await response.read())
+
+            await get("zarr.json")
+            return sum(await asyncio.gather(*(get(key) for key in sizes.chunk_keys)))
+
+    started = time.perf_counter()
+    received = asyncio.run(run())
+    return {"seconds": time.perf_counter() - started, "bytes": received}
+
+
 @dataclass
 class Result:
     seconds: list[float] = field(default_factory=list)
@@ -265,9 +289,7 @@ class Result:
         return statistics.median(self.seconds)
 
 
-def measure(
-    library: str, case: str, server: Server, url: str, options: dict[str, Any], smoke: bool, wait: float
-) -> dict[str, Any]:
+def measure(library: str, case: str, server: Server, url: str, options: dict[str, Any], smoke: bool, wait: float) -> dict[str, Any]:
     """One fresh worker process; the server's counts of its requests."""
     server.reset()
     command = [sys.executable, __file__, "--worker", library, "--case", case, "--url", url,
@@ -308,33 +330,67 @@ def run_stalled(library: str, url: str, options: dict[str, Any], sizes: Sizes) -
     return answer or {"seconds": time.perf_counter() - started, "error": f"no error after {wait:g} s (given up)"}
 
 
+def title(kind: str, delay: float) -> str:
+    return SERVERS[kind][0].format(delay=f"{delay * 1000:g}")
+
+
+def _cell(result: Result) -> str:
+    text = f"{result.median * 1000:.0f} ms"
+    if result.errors:
+        text += f" ({result.errors[-1][:60]}…)"
+    stats = result.stats
+    if stats and stats["requests"]:
+        refused = stats.get("statuses", {}).get("503", 0)
+        text += f", {stats['requests']} req, ≤{stats['max_in_flight']} at once{f', {refused} × 503' if refused else ''}"
+    return text
+
+
 def table(results: dict[tuple[str, str], dict[str, Result]], sizes: Sizes, delay: float, rounds: int) -> str:
     versions = f"zarrx {importlib.metadata.version('zarrx')}, zarr-python {importlib.metadata.version('zarr')}"
     lines = [
-        f"Servers on 127.0.0.1, each library in a fresh process per measurement ({versions}); median of "
-        f"{rounds} interleaved rounds; the delayed servers add {delay * 1000:g} ms to every request; "
-        "requests of the last run, most in flight at once, 503s answered.",
+        f"Servers on 127.0.0.1, every measurement a fresh process ({versions}); median of {rounds} interleaved "
+        f"rounds; the 20 ms servers add {delay * 1000:g} ms to every request; requests of the last run, most "
+        f"in flight at once, 503s answered; floor: aiohttp, {FLOOR_CONCURRENCY} at once, no decoding.",
         "",
-        "| server | case | zarrx | zarr-python | zarrx / zarr-python | target |",
-        "|---|---|---|---|---|---|",
+        "| server | case | zarrx | zarr-python | zarrx / zarr-python | target | floor |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (kind, case), by_library in results.items():
-        cells = []
-        for library in LIBRARIES:
-            result = by_library[library]
-            text = f"{result.median * 1000:.0f} ms"
-            if result.errors:
-                text += f" ({result.errors[-1][:90]})"
-            stats = result.stats
-            if stats:
-                refused = stats.get("statuses", {}).get("503", 0)
-                text += f", {stats['requests']} req (≤{stats['max_in_flight']} at once{f', {refused} × 503' if refused else ''})"
-            cells.append(text)
         ratio = by_library["zarrx"].median / by_library["zarr-python"].median
         target = TARGETS.get(kind) if case == "read" else None
-        verdict = "" if target is None else (f"≤ {target:g}: met" if ratio <= target else f"≤ {target:g}: MISSED")
-        lines.append(f"| {SERVERS[kind][0]} | {case_title(case, sizes)} | {cells[0]} | {cells[1]} | {ratio:.2f} | {verdict} |")
+        verdict = "" if target is None else (f"≤ {target:g}: met" if ratio <= target else f"≤ {target:g}: missed")
+        floor_cell = f"{by_library[FLOOR].median * 1000:.0f} ms" if FLOOR in by_library else ""
+        lines.append(
+            f"| {title(kind, delay)} | {case_title(case, sizes)} | {_cell(by_library['zarrx'])} | "
+            f"{_cell(by_library['zarr-python'])} | {ratio:.2f} | {verdict} | {floor_cell} |"
+        )
     return "\n".join(lines)
+
+
+def run_case(kind: str, case: str, server: Server, rounds: int, smoke: bool, wait: float) -> dict[str, Result]:
+    """Every library, ``rounds`` times each, interleaved; checks they read the same values."""
+    # the floor neither retries (a throttling server) nor reads S3
+    libraries = LIBRARIES + ((FLOOR,) if case == "read" and kind in ("plain", "backlog5", "backlog128") else ())
+    by_library = {library: Result() for library in libraries}
+    url = f"s3://{BUCKET}" if kind == "s3" else server.url
+    for round_number in range(rounds):
+        for library in libraries if round_number % 2 == 0 else libraries[::-1]:
+            outcome = measure(library, case, server, url, options_for(kind, library, server.url, wait), smoke, wait)
+            result = by_library[library]
+            result.seconds.append(outcome["seconds"])
+            result.stats = outcome.get("stats")
+            if "error" in outcome:
+                result.errors.append(outcome["error"])
+            elif "digest" in outcome:
+                result.digests.add(outcome["digest"])
+            print(f"{kind:<12} {case:<18} {library:<12} {outcome['seconds'] * 1000:8.1f} ms"
+                  f"{'  ' + outcome['error'][:100] if 'error' in outcome else ''}", flush=True)  # fmt: skip
+    if case != "stalled":
+        failed = [library for library, result in by_library.items() if result.errors]
+        digests = set().union(*(by_library[library].digests for library in LIBRARIES))
+        if failed or len(digests) != 1:
+            raise SystemExit(f"{kind} {case}: results differ or failed: {failed} {by_library}")
+    return by_library
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default=",".join(SERVERS), help=f"some of {','.join(SERVERS)}")
     parser.add_argument("--stall-wait", type=float, default=None, help="seconds to wait for zarr-python on the stalled server")
     parser.add_argument("--output", type=Path, default=None, help="also write the table (Markdown) here")
-    parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=(*LIBRARIES, FLOOR), help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
@@ -374,28 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds:
             server = start_server(kind, root, delay)
             try:
-                for case in SERVERS[kind][1]:
-                    by_library = results[(kind, case)] = {library: Result() for library in LIBRARIES}
-                    for round_number in range(rounds):
-                        order = LIBRARIES if round_number % 2 == 0 else LIBRARIES[::-1]
-                        for library in order:
-                            options = options_for(kind, library, server.url, wait)
-                            url = f"s3://{BUCKET}" if kind == "s3" else server.url
-                            outcome = measure(library, case, server, url, options, arguments.smoke, wait)
-                            result = by_library[library]
-                            result.seconds.append(outcome["seconds"])
-                            result.stats = outcome.get("stats")
-                            if "error" in outcome:
-                                result.errors.append(outcome["error"])
-                            else:
-                                result.digests.add(outcome["digest"])
-                            print(f"{SERVERS[kind][0]:<46} {case:<18} {library:<12} {outcome['seconds'] * 1000:8.1f} ms"
-                                  f"{'  ' + outcome['error'][:100] if 'error' in outcome else ''}", flush=True)  # fmt: skip
-                    digests = set().union(*(r.digests for r in by_library.values()))
-                    if case != "stalled":
-                        failed = [library for library, r in by_library.items() if r.errors]
-                        if failed or len(digests) != 1:
-                            raise SystemExit(f"{kind} {case}: results differ or failed: {failed} {by_library}")
+                for case in SERVERS[kind][2]:
+                    results[(kind, case)] = run_case(kind, case, server, rounds, arguments.smoke, wait)
             finally:
                 server.close()
     text = table(results, sizes, delay, rounds)

@@ -25,7 +25,7 @@ def answers(limiter: HostLimiter, count: int, latency: float = 0.02) -> None:
 
 
 def after_recovery(limiter: HostLimiter) -> None:
-    limiter._recovery_until = time.monotonic() - 1  # as if a round trip had passed
+    limiter._requests.recovery_until = time.monotonic() - 1  # as if a round trip had passed
 
 
 def test_starts_moderate_and_doubles_per_round_trip_while_latency_holds():
@@ -124,12 +124,15 @@ def test_slow_connects_halve_the_connection_window_and_set_the_connect_timeout()
         for _ in range(3):
             await limiter.open_connection(1)
             limiter.connection_answered(0.0005, holds_latency=True, keeps_alive=True)
-        await limiter.open_connection(1)
-        limiter.connection_failed(slow=True)
+        assert limiter.connections == INITIAL_CONNECTIONS + 3  # one more per connection answered
+        for _ in range(10):  # ten attempts at once; one is dropped by a full backlog, then the others
+            await limiter.open_connection(1)
+        for _ in range(4):
+            limiter.connection_failed(slow=True)
 
     asyncio.run(connections())
-    assert limiter.connections == (INITIAL_CONNECTIONS + 3) / 2
-    assert limiter.counts["slow connects"] == 1 and limiter.opening == 0
+    assert limiter.connections == 5  # half the ten being opened, once for the whole burst
+    assert limiter.counts["slow connects"] == 4 and limiter.opening == 6
     assert limiter.connect_timeout(10.0) == MIN_SLOW_CONNECT  # eight loopback connects is less
     assert limiter.connect_timeout(10.0, attempt=2) == 4 * MIN_SLOW_CONNECT  # doubled per new attempt
     assert limiter.connect_timeout(0.05) == 0.05  # never past the configured one

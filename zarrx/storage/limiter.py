@@ -29,11 +29,13 @@ this many connection attempts queue at a server that has not accepted them yet: 
 connections open at a bounded rate, and a listen backlog of 5 never sees 64 at once. It starts at
 :data:`INITIAL_CONNECTIONS` (:data:`INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE` once a host is seen
 closing its connections after each answer, as HTTP/1.0 servers like ``python -m http.server``
-do: there every request is a new connection, and this window is what bounds them), grows by one
-per connection answered while latency holds, and halves on a *slow connect*: an attempt taking
-longer than :meth:`HostLimiter.connect_timeout` (eight times the usual connect time, at least
-:data:`MIN_SLOW_CONNECT` seconds), which the caller then abandons and starts afresh rather than
-wait for TCP's one-second retransmission.
+do: there every request is a new connection, and this window is what bounds them). It follows
+the rules of the request window, with connections answered for answers and *slow connects* for
+signs of overload: an attempt taking longer than :meth:`HostLimiter.connect_timeout` (eight times
+the usual connect time, at least :data:`MIN_SLOW_CONNECT` seconds) was dropped by a full listen
+backlog; the caller abandons it and starts afresh rather than wait for TCP's one-second
+retransmission, and the window halves to the number of connections then being opened (once per
+round trip), then probes that level slowly.
 
 One limiter serves every store of a process that talks to the same host with the same cap
 (:func:`host_limiter`), per event loop. Everything here runs on that loop's thread: no locks.
@@ -81,14 +83,20 @@ MIN_RECOVERY = 0.05
 
 
 class _Window:
-    """Waiters for a bounded number of holders: ``acquire`` waits while ``held >= int(size)``."""
+    """An adaptive bound on holders: ``acquire`` waits while ``held >= int(size)``; ``grow`` and
+    ``shrink`` move ``size`` by the rules of the module docstring."""
 
-    __slots__ = ("size", "held", "waiters")
+    __slots__ = ("size", "cap", "held", "waiters", "slow_start", "ceiling", "recovery_until")
 
-    def __init__(self, size: float) -> None:
-        self.size = size
+    def __init__(self, size: float, cap: int) -> None:
+        self.size, self.cap = min(size, cap), cap
         self.held = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        #: growing by one per answer (until the first sign of overload or of rising latency)
+        self.slow_start = True
+        #: the level of the last overload: below it the window grows quickly, above it slowly
+        self.ceiling: int | None = None
+        self.recovery_until = -1e9
 
     def free(self) -> bool:
         return self.held < max(1, int(self.size))
@@ -117,16 +125,45 @@ class _Window:
         self.held -= 1
         self.wake()
 
-    def resize(self, size: float, cap: float) -> None:
-        self.size = max(1.0, min(size, cap))
-        self.wake()
-
     def wake(self) -> None:
         while self.waiters and self.free():
             waiter = self.waiters.popleft()
             if not waiter.done():
                 self.held += 1
                 waiter.set_result(None)
+
+    def grow(self) -> None:
+        """An answer that held latency: one more in slow start and up to just below the ceiling,
+        slowly past it, one more per round trip once the ceiling is well behind."""
+        if time.monotonic() < self.recovery_until:
+            return
+        size, ceiling = self.size, self.ceiling
+        if self.slow_start or (ceiling is not None and size < ceiling - 1):
+            size += 1
+        elif ceiling is not None and size < FORGET_CEILING * ceiling:
+            size += 1 / (size * PROBE_SLOWDOWN)
+        else:
+            self.ceiling = None
+            size += 1 / size
+        self.size = min(size, self.cap)
+        self.wake()
+
+    def shrink(self, level: int, factor: float, recovery: float) -> bool:
+        """A sign of overload met at ``level`` holders: to ``factor`` times the level (just below
+        it when it is the known ceiling), once per ``recovery`` seconds; True when a new decrease."""
+        self.slow_start = False
+        now = time.monotonic()
+        known = self.ceiling
+        new = now >= self.recovery_until or known is None
+        if new:
+            self.ceiling = level
+            self.recovery_until = now + recovery
+        else:
+            self.ceiling = min(known, level)  # the same overload, seen by another request
+        probed = known is not None and known - 1 <= level <= known + 1
+        size = level - 1 if probed else factor * self.ceiling
+        self.size = max(1.0, min(self.size, size))
+        return new
 
 
 class _Latencies:
@@ -174,19 +211,14 @@ class HostLimiter:
     def __init__(self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS):
         self.host = host
         self.cap = cap
-        self._requests = _Window(min(initial, cap))
-        self._connections = _Window(min(connections, cap))
-        #: growing by one per answer (until the first sign of overload or of rising latency)
-        self.slow_start = True
-        #: the level of the last overload: below it the window grows quickly, above it slowly
-        self.ceiling: int | None = None
+        self._requests = _Window(initial, cap)
+        self._connections = _Window(connections, cap)
         #: whether the host keeps connections alive (None: not seen yet)
         self.keeps_alive: bool | None = None
         #: latencies of answers on reused connections, and on new ones (which include the
         #: server's set-up of the connection: a thread to start, an accept queue to wait in)
         self._latency = {False: _Latencies(), True: _Latencies()}
         self._connect_time: float | None = None
-        self._recovery_until = -1e9
         self._paused_until = 0.0
         #: what happened, for tests and ``repr``: answers, signs of overload, decreases, slow connects
         self.counts: collections.Counter[str] = collections.Counter()
@@ -201,6 +233,16 @@ class HostLimiter:
     def connections(self) -> float:
         """New connections allowed to be waiting for their first answer."""
         return self._connections.size
+
+    @property
+    def slow_start(self) -> bool:
+        """Whether the request window still grows by one per answer."""
+        return self._requests.slow_start
+
+    @property
+    def ceiling(self) -> int | None:
+        """The requests in flight when the server last showed overload."""
+        return self._requests.ceiling
 
     @property
     def in_flight(self) -> int:
@@ -246,38 +288,20 @@ class HostLimiter:
         self.counts["answers"] += 1
         holds, ratio = self._latency[fresh].add(latency)
         if ratio > LATENCY_TOLERANCE:
-            self.slow_start = False  # the answers keep coming later: the server is queueing
-        if not holds or time.monotonic() < self._recovery_until:
-            return
-        size, ceiling = self._requests.size, self.ceiling
-        if self.slow_start or (ceiling is not None and size < ceiling - 1):
-            size += 1
-        elif ceiling is not None and size < FORGET_CEILING * ceiling:
-            size += 1 / (size * PROBE_SLOWDOWN)
-        else:
-            self.ceiling = None
-            size += 1 / size
-        self._requests.resize(size, self.cap)
+            self._requests.slow_start = False  # the answers keep coming later: the server is queueing
+        if holds:
+            self._requests.grow()
 
     def overloaded(self, reason: str, level: int | None = None) -> None:
         """A sign of overload (``"throttled"``, ``"reset"`` or ``"timeout"``) on a request sent
         while ``level`` requests were in flight (itself included): shrink (see the module docstring)."""
         self.counts[reason] += 1
-        self.slow_start = False
         level = max(1, level if level is not None else self.in_flight)
-        now = time.monotonic()
-        known = self.ceiling
-        if now < self._recovery_until and known is not None:
-            self.ceiling = min(known, level)  # the same overload, seen by another request
-        else:
+        if self._requests.shrink(level, OVERLOAD_FACTORS[reason], self._recovery()):
             self.counts["decreases"] += 1
-            self.ceiling = level
-            self._recovery_until = now + max(MIN_RECOVERY, 2 * (self.baseline or 0.0))
-        if known is not None and known - 1 <= level <= known + 1:
-            size = level - 1  # a probe of the known ceiling: back just below it
-        else:
-            size = OVERLOAD_FACTORS[reason] * self.ceiling
-        self._requests.resize(min(self._requests.size, size), self.cap)
+
+    def _recovery(self) -> float:
+        return max(MIN_RECOVERY, 2 * (self.baseline or 0.0))
 
     def pause(self, seconds: float) -> None:
         """The server asked for ``Retry-After: seconds``: no new request to it before then."""
@@ -302,16 +326,17 @@ class HostLimiter:
         if self.keeps_alive is None and not keeps_alive:
             window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
         self.keeps_alive = keeps_alive
-        if holds_latency:
-            window.size = min(window.size + 1, self.cap)
         window.release()
+        if holds_latency:
+            window.grow()
 
     def connection_failed(self, slow: bool) -> None:
         """A new connection failed before its first answer; ``slow``: its attempt timed out."""
+        window = self._connections
         if slow:
             self.counts["slow connects"] += 1
-            self._connections.size = max(1.0, self._connections.size / 2)
-        self._connections.release()
+            window.shrink(max(1, window.held), FAILURE_FACTOR, self._recovery())
+        window.release()
 
     def __repr__(self) -> str:
         return (
