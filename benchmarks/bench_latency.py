@@ -49,7 +49,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the servers of the test suite
+
+from tests.http_server import ServerProcess  # noqa: E402
 LIBRARIES = ("zarrx", "zarr-python")
 FLOOR = "aiohttp"
 BUCKET = "bench"
@@ -138,21 +140,12 @@ def upload(root: Path, endpoint: str) -> None:
 
 
 # -- the servers --------------------------------------------------------------------------------
-class Server:
-    """A server in a process of its own, printing its URL (or, for ``http.server``, its port) first."""
+class Server(ServerProcess):
+    """A server in a process of its own; :mod:`tests.http_server` ones count their requests."""
 
-    def __init__(self, command: list[str]) -> None:
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment
-        )
-        line = self.process.stdout.readline()
-        port = re.search(r"port (\d+)", line)
-        self.url = f"http://127.0.0.1:{port[1]}" if port else line.strip()
-        if not self.url.startswith("http://"):
-            self.close()
-            raise RuntimeError(f"{command} did not start (it printed {line!r})")
-        self.counts = command[1:3] == ["-m", "tests.http_server"]
+    def __init__(self, arguments: list[str]) -> None:
+        super().__init__(arguments, cwd=REPO)
+        self.counts = arguments[:2] == ["-m", "tests.http_server"]
 
     def _control(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
@@ -164,15 +157,6 @@ class Server:
 
     def stats(self) -> dict[str, Any] | None:
         return self._control("/__stats__") if self.counts else None
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
 
 #: server -> (title, how to start it, cases run on it)
 SERVERS: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
@@ -193,8 +177,7 @@ TARGETS = {"plain": 1.0, "backlog5": 0.5, "backlog128": 0.25, "throttle16": 0.5}
 
 
 def start_server(kind: str, root: Path, delay: float) -> Server:
-    arguments = [argument.format(root=root, delay=delay) for argument in SERVERS[kind][1]]
-    server = Server([sys.executable, *arguments])
+    server = Server([argument.format(root=root, delay=delay) for argument in SERVERS[kind][1]])
     if kind == "s3":
         upload(root, server.url)
     return server

@@ -68,7 +68,7 @@ from typing import Callable, Iterator
 __all__ = [
     "Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways",
     "Throttle", "RefuseFirst", "Stall", "Drip", "HugeBody", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
-    "PlainServer",
+    "PlainServer", "ServerProcess",
 ]  # fmt: skip
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -508,22 +508,23 @@ def serve(
         thread.join(timeout=5)
 
 
-# -- exactly `python -m http.server` --------------------------------------------------------------
-class PlainServer:
-    """``python -m http.server 0 --bind 127.0.0.1 --directory FOLDER`` in a subprocess."""
+# -- servers in processes of their own -------------------------------------------------------------
+class ServerProcess:
+    """A server in a subprocess (``python ARGUMENTS``) that prints its URL on its first line -- or,
+    as ``http.server`` does, ``Serving HTTP on ... port N``."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its "Serving HTTP on ..." line at once
+    def __init__(self, arguments: list[str], cwd: str | os.PathLike | None = None) -> None:
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the first line at once
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", os.fspath(directory)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment,
+            [sys.executable, *arguments], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=environment,
         )  # fmt: skip
         line = self.process.stdout.readline()
-        match = re.search(r"port (\d+)", line)
-        if match is None:
+        port = re.search(r"port (\d+)", line)
+        self.url = f"http://127.0.0.1:{port[1]}" if port else line.strip()
+        if not self.url.startswith("http://"):
             self.close()
-            raise RuntimeError(f"python -m http.server did not start (it printed {line!r})")
-        self.url = f"http://127.0.0.1:{match[1]}"
+            raise RuntimeError(f"python {' '.join(arguments)} did not start (it printed {line!r})")
 
     def close(self) -> None:
         self.process.terminate()
@@ -532,6 +533,13 @@ class PlainServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class PlainServer(ServerProcess):
+    """Exactly ``python -m http.server 0 --bind 127.0.0.1 --directory FOLDER``."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        super().__init__(["-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", os.fspath(directory)])
 
 
 @contextlib.contextmanager

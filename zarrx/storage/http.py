@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +45,7 @@ MISSING_STATUSES = frozenset({404, 410})
 #: what an HTML page starts with (after white space)
 _HTML_STARTS = (b"<!doctype html", b"<html")
 #: what an HTML page answered for an object is
-HTML_ANSWER = "an HTML page (text/html) instead of the object: a login page, a missing object answered as a web page, or a wrong URL?"
+HTML_ANSWER = "with an HTML page (text/html) instead of the object: a login page, a missing object answered as a web page, or a wrong URL?"
 #: bytes read at a time from a body of unknown length
 STREAM_BLOCK = 2**20
 
@@ -125,33 +126,16 @@ def _trace_config() -> Any:
     return trace
 
 
+@dataclass(frozen=True)
 class HttpClientFactory:
     """``get_client`` for fsspec's HTTP file system: an aiohttp session allowing ``limit``
     connections, keeping them alive, with zarrx's connection gating (see the module docstring).
 
-    A class, not a closure, so file systems configured with it pickle (dask sends stores to
+    A value, not a closure, so file systems configured with it pickle (dask sends stores to
     workers), compare equal and have a stable ``repr`` (fsspec caches file systems by it).
     """
 
-    __slots__ = ("limit",)
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, HttpClientFactory) and other.limit == self.limit
-
-    def __hash__(self) -> int:
-        return hash((HttpClientFactory, self.limit))
-
-    def __repr__(self) -> str:
-        return f"HttpClientFactory(limit={self.limit})"
-
-    def __getstate__(self) -> int:
-        return self.limit
-
-    def __setstate__(self, state: int) -> None:
-        self.limit = state
+    limit: int
 
     async def __call__(self, **kwargs: Any) -> Any:
         aiohttp = _aiohttp()

@@ -5,15 +5,20 @@ has ``read(read, attempt)`` (the value of an :class:`~zarrx.storage.transfers.Ob
 None when the key is missing), ``host(path)`` (whose :class:`~zarrx.storage.limiter.HostLimiter`
 paces it) and ``retries`` (whether zarrx retries its transient failures, or the library does):
 
-====================================  =====================================================================
-:class:`~zarrx.storage.http.HttpReader`  ``http``, ``https``: zarrx's own GET (aiohttp); ``Content-Length``
-                                      checked, bodies streamed to their limit; zarrx retries
-:class:`S3Reader`                      ``s3``: ``GetObject``, its ``ContentLength`` checked before the body
-                                      is streamed in; botocore retries (s3fs a body cut short),
-                                      telling the endpoint's limiter what it retries
-:class:`FileSystemReader`              any other async file system: its ``_cat_file``, the size checked
-                                      after; the library retries (gcsfs, adlfs)
-====================================  =====================================================================
+==========================================  ============================================================
+reader                                      reads
+==========================================  ============================================================
+:class:`~zarrx.storage.http.HttpReader`     ``http``, ``https``: zarrx's own GET (aiohttp);
+                                            ``Content-Length`` checked, bodies streamed to their limit;
+                                            zarrx retries
+:class:`S3Reader`                           ``s3``: ``GetObject``, its ``ContentLength`` checked before
+                                            the body is streamed in; botocore retries (s3fs a body cut
+                                            short), telling the endpoint's limiter what it retries
+:class:`FileSystemReader`                   any other async file system: its ``_cat_file``, the size
+                                            checked after; the library retries (gcsfs, adlfs)
+==========================================  ============================================================
+
+Synchronous file systems (fsspec's caches, zip, sftp, memory) are read by :func:`read_synchronously`.
 """
 
 from __future__ import annotations

@@ -10,24 +10,24 @@ sets this up when it builds a file system from a URL
 **zarrx's own storage options** (removed before the options reach fsspec; each also read
 from an environment variable, the option winning):
 
-==========================  =========================  ================================================
-option                      default (variable)         what
-==========================  =========================  ================================================
-``zarrx_max_concurrency``   64                         most requests in flight to one host from one
-                            (``ZARRX_MAX_CONCURRENCY``)  store: the cap of the adaptive concurrency
-                                                       (:mod:`zarrx.storage.limiter`)
-``zarrx_retries``           5 (``ZARRX_RETRIES``)      retries of a transient failure
-``zarrx_timeout``           30 s (``ZARRX_TIMEOUT``)   longest wait for the next bytes of an answer
-``zarrx_connect_timeout``   10 s                       longest wait for a connection
+==========================  ===============================  ==============================================
+option                      default (environment variable)   what
+==========================  ===============================  ==============================================
+``zarrx_max_concurrency``   64 (``ZARRX_MAX_CONCURRENCY``)   most requests in flight to one host from one
+                                                             store: the cap of the adaptive concurrency
+                                                             (:mod:`zarrx.storage.limiter`)
+``zarrx_retries``           5 (``ZARRX_RETRIES``)            retries of a transient failure
+``zarrx_timeout``           30 s (``ZARRX_TIMEOUT``)         longest wait for the next bytes of an answer
+``zarrx_connect_timeout``   10 s                             longest wait for a connection
                             (``ZARRX_CONNECT_TIMEOUT``)
-``zarrx_request_deadline``  120 s                      longest a request may take, all its attempts
-                            (``ZARRX_REQUEST_DEADLINE``)  and waits included
-``zarrx_batch_deadline``    1800 s                     longest a batch of requests may take
+``zarrx_request_deadline``  120 s                            longest a request may take, all its attempts
+                            (``ZARRX_REQUEST_DEADLINE``)     and waits included
+``zarrx_batch_deadline``    1800 s                           longest a batch of requests may take
                             (``ZARRX_BATCH_DEADLINE``)
-``zarrx_max_read_size``     128 MiB                    most bytes a read may return when zarrx does
-                            (``ZARRX_MAX_READ_SIZE``)  not know the value's size (metadata documents,
-                                                       the Store API without ``max_size``)
-==========================  =========================  ================================================
+``zarrx_max_read_size``     128 MiB                          most bytes a read may return when zarrx does
+                            (``ZARRX_MAX_READ_SIZE``)        not know the value's size (metadata documents,
+                                                             the Store API without ``max_size``)
+==========================  ===============================  ==============================================
 
 **The libraries underneath do what they can.** Only options the user did not set are filled in:
 
@@ -62,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from zarrx.storage.http import HttpClientFactory
@@ -249,6 +250,7 @@ def configure(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Remo
 
 
 # -- HTTP: the retry aiohttp does not have, for fsspec's own requests -------------------------------
+@dataclass(frozen=True)
 class RetryMiddleware:
     """An aiohttp client middleware retrying transient failures of idempotent requests.
 
@@ -257,29 +259,11 @@ class RetryMiddleware:
     when the server sends one, else after :func:`~zarrx.storage.transfers.backoff`; the last
     response (or error) is what the caller sees. It serves fsspec's own requests (listings,
     sizes); the values zarrx reads are retried by :mod:`zarrx.storage.transfers`, which sends
-    them without it. A class, not a closure, so file systems configured with it pickle (dask
+    them without it. A value, not a closure, so file systems configured with it pickle (dask
     sends stores to workers) and compare equal.
     """
 
-    __slots__ = ("retries",)
-
-    def __init__(self, retries: int) -> None:
-        self.retries = retries
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RetryMiddleware) and other.retries == self.retries
-
-    def __hash__(self) -> int:
-        return hash((RetryMiddleware, self.retries))
-
-    def __repr__(self) -> str:
-        return f"RetryMiddleware(retries={self.retries})"
-
-    def __getstate__(self) -> int:
-        return self.retries
-
-    def __setstate__(self, state: int) -> None:
-        self.retries = state
+    retries: int
 
     async def __call__(self, request: Any, handler: Any) -> Any:
         import aiohttp

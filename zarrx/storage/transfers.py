@@ -147,6 +147,8 @@ def describe_failure(error: BaseException, options: Any) -> tuple[bool, str]:
         if "Connect" in name:
             return True, f"timed out: no connection within {options.connect_timeout:g} s (zarrx_connect_timeout; {detail})"
         return True, f"timed out: no data for {options.timeout:g} s (zarrx_timeout; {detail})"
+    if name == "TooManyRedirects":
+        return False, f"redirected more than {getattr(error, 'history', None) and len(error.history) or 10} times (a redirect loop?)"
     return False, text if isinstance(error, ServerAnswer) else f"{name}: {text}"
 
 
