@@ -40,12 +40,15 @@ from hypothesis import strategies as st
 import zarrx
 from zarrx.codecs import BloscCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
 from zarrx.errors import (
+    BoundsCheckError,
     ChunkDecodeError,
+    ConflictingDimensionsError,
     ContainsArrayError,
     ContainsGroupError,
     InvalidPathError,
     MetadataError,
     NodeNotFoundError,
+    OutsideStoreError,
     StoreError,
     UnknownCodecError,
     UnsupportedExtensionError,
@@ -276,6 +279,19 @@ def test_corrupt_variable_length_chunk(store, dtype, corruption):
     array = zarrx.open_array(store, "s")
     check_error(ChunkDecodeError, lambda: array[...], "'s/c/1'", repr(codec))
     assert list(array[:2]) == values[:2]
+
+
+def test_trailing_bytes_after_the_last_element_are_corruption(store):
+    """numcodecs decodes the elements and ignores what follows; zarrx calls it corruption (issue 22)."""
+    for dtype, codec_name, values in (("string", "vlen-utf8", ["ab", "é"]), ("bytes", "vlen-bytes", [b"ab", b"\x00"])):
+        array = zarrx.create_array(store, dtype, shape=(4,), chunks=(2,), dtype=dtype, compressors=None, overwrite=True)
+        array[...] = np.array(values * 2, dtype=array.dtype)
+        key = f"{dtype}/c/1"
+        store.set(key, store.get(key) + b"garbage!")
+        check_error(ChunkDecodeError, lambda: array[...], repr(key), repr(codec_name), "8 bytes follow the last")
+        report = zarrx.verify(store, dtype)
+        assert [problem.key for problem in report.corrupt] == [key] and not report.ok
+        assert list(array[:2]) == values
 
 
 # -- decompression bombs -----------------------------------------------------------------------------
@@ -546,6 +562,11 @@ DOCUMENT_CASES = [  # for array and group documents alike
     case("top-level-null", b"null", MetadataError, "JSON object"),
     case("top-level-string", b'"zarr.json"', MetadataError, "JSON object"),
     case("deeply-nested", b"[" * 100_000 + b"]" * 100_000, MetadataError, "JSON"),
+    # a member named twice: Python's json keeps the last, other readers the first (issue 22)
+    case("duplicate-member", b'{"zarr_format": 3, "node_type": "group", "node_type": "array"}',
+         MetadataError, "'node_type' appears twice"),  # fmt: skip
+    case("duplicate-nested-member", b'{"zarr_format": 3, "node_type": "group", "attributes": {"a": 1, "a": 2}}',
+         MetadataError, "'a' appears twice"),  # fmt: skip
     case("deeply-nested-attributes", b'{"attributes": ' + b'{"a": ' * 100_000, MetadataError, "JSON"),
     case("no-zarr-format", {"zarr_format": DROP}, MetadataError, "zarr_format"),
     case("zarr-format-4", {"zarr_format": 4}, MetadataError, "zarr_format", "4"),
@@ -577,8 +598,13 @@ ARRAY_CASES = [
     case("shape-nan", {"shape": [float("nan"), 8]}, MetadataError, "shape"),
     case("shape-nested", {"shape": [[8], 8]}, MetadataError, "shape"),
     case("shape-object", {"shape": {"y": 8, "x": 8}}, MetadataError, "shape"),
-    case("chunk-grid-unknown", {"chunk_grid.name": "rectilinear"},
-         UnsupportedExtensionError, "chunk_grid", "rectilinear"),  # fmt: skip
+    # lengths int64 indexing cannot address (issue 22: a shape of 2**64 was accepted)
+    case("shape-2**64", {"shape": [2**64, 8]}, MetadataError, "shape", str(2**64), "int64"),
+    case("shape-2**63", {"shape": [8, 2**63]}, MetadataError, "shape", str(2**63), "int64"),
+    case("chunk-shape-2**63", {SHAPE: [2**63, 4]}, MetadataError, SHAPE, str(2**63), "int64"),
+    case("chunk-grid-unknown", {"chunk_grid.name": "rectangular"},
+         UnsupportedExtensionError, "chunk_grid", "rectangular"),  # fmt: skip
+    case("chunk-grid-rectilinear-with-chunk-shape", {"chunk_grid.name": "rectilinear"}, MetadataError, "chunk_grid"),
     case("chunk-grid-number", {"chunk_grid": 4}, MetadataError, "chunk_grid"),
     case("chunk-grid-no-name", {"chunk_grid.name": DROP}, MetadataError, "chunk_grid.name"),
     case("chunk-grid-short-form", {"chunk_grid": "regular"}, MetadataError, SHAPE),
@@ -600,7 +626,7 @@ ARRAY_CASES = [
     case("key-encoding-number", {"chunk_key_encoding": 2}, MetadataError, "chunk_key_encoding"),
     # data type
     case("data-type-unknown", {"data_type": "float128"}, UnsupportedExtensionError, "data_type", "float128"),
-    case("data-type-unknown-object", {"data_type": {"name": "bfloat16"}}, UnsupportedExtensionError, "data_type"),
+    case("data-type-unknown-object", {"data_type": {"name": "bfloat17"}}, UnsupportedExtensionError, "data_type"),
     case("data-type-numpy-string", {"data_type": "<i4"}, UnsupportedExtensionError, "data_type"),
     case("data-type-optional", {"data_type": {"name": "int32", "must_understand": False}},
          MetadataError, "data_type.must_understand"),  # fmt: skip
@@ -977,8 +1003,8 @@ STORE_FAILURES = {  # what is at the chunk's path: the result the store contract
     "parent-is-file": "missing",  # (both chunks x/c/1/0 and x/c/1/1 are then missing)
     "symlink-loop": StoreError,
     "fifo": StoreError,
-    "symlink-to-dev-zero": StoreError,
-    "symlink-to-dev-urandom": StoreError,
+    "symlink-to-dev-zero": OutsideStoreError,  # a link out of the store root: refused before opening
+    "symlink-to-dev-urandom": OutsideStoreError,
 }
 
 
@@ -995,8 +1021,8 @@ def test_local_store_failure(tmp_path, kind, target):
     replace_with(path, kind)
     read = lambda: zarrx.open_array(tmp_path / "store", "x")[...]  # noqa: E731
     try:
-        if STORE_FAILURES[kind] is StoreError:
-            check_error(StoreError, read, repr(key))
+        if isinstance(STORE_FAILURES[kind], type):
+            check_error(STORE_FAILURES[kind], read, repr(key))
         elif target == "chunk":
             expected = DATA.copy()
             expected[4:, : 8 if kind == "parent-is-file" else 4] = 0  # the fill value
@@ -1006,6 +1032,103 @@ def test_local_store_failure(tmp_path, kind, target):
     finally:
         if kind == "fifo":
             release_fifo(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX symlinks")
+@pytest.mark.parametrize("kind", ["symlink-to-dev-zero", "symlink-to-dev-urandom"])
+def test_a_device_behind_a_followed_external_link_is_a_store_error(tmp_path, kind):
+    """A store that follows links out of its root still refuses what is not a regular file."""
+    create(tmp_path / "store", "zstd")
+    replace_with(tmp_path / "store" / CHUNK_KEY, kind)
+    store = LocalStore(tmp_path / "store", follow_external_links=True)
+    check_error(StoreError, lambda: zarrx.open_array(store, "x")[...], repr(CHUNK_KEY), "not a regular file")
+
+
+# -- strict parsing of every document ------------------------------------------------------------------
+V2_ARRAY = b'{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null, "fill_value": 0, "order": "C", "filters": null}'
+
+
+@pytest.mark.parametrize(
+    "documents, key, fragments",
+    [
+        ({".zarray": V2_ARRAY.replace(b'"order": "C"', b'"order": "C", "order": "F"'), ".zattrs": b"{}"},
+         ".zarray", ("'order' appears twice",)),
+        ({".zarray": V2_ARRAY, ".zattrs": b'{"units": "m", "units": "km"}'}, ".zattrs", ("'units' appears twice",)),
+        ({".zarray": V2_ARRAY.replace(b'"shape": [4]', b'"shape": [18446744073709551616]'), ".zattrs": b"{}"},
+         ".zarray", ("shape", "18446744073709551616", "int64")),
+        ({".zarray": V2_ARRAY.replace(b'"chunks": [2]', b'"chunks": [9223372036854775808]'), ".zattrs": b"{}"},
+         ".zarray", ("chunks", "int64")),
+    ],
+    ids=["zarray-duplicate", "zattrs-duplicate", "zarray-shape-2**64", "zarray-chunks-2**63"],
+)  # fmt: skip
+def test_v2_documents_are_parsed_strictly(store, documents, key, fragments):
+    for name, raw in documents.items():
+        store.set(f"x/{name}", raw)
+    store.set(".zgroup", b'{"zarr_format": 2}')
+    check_error(MetadataError, lambda: zarrx.open_array(store, "x", zarr_format=2), f"x/{key}", *fragments)
+
+
+def test_duplicate_members_in_consolidated_metadata_are_refused(store):
+    root = zarrx.create_group(store, zarr_format=2)
+    root.create_array("x", shape=(2,), dtype="int8")
+    zarrx.consolidate_metadata(store)
+    raw = store.get(".zmetadata").replace(b'"zarr_consolidated_format": 1', b'"zarr_consolidated_format": 1, "metadata": {}')
+    store.set(".zmetadata", raw)
+    check_error(MetadataError, lambda: zarrx.open_group(store, mode="r"), ".zmetadata", "'metadata' appears twice")
+    v3 = MemoryStore()
+    zarrx.create_group(v3).create_array("x", shape=(2,), dtype="int8")
+    zarrx.consolidate_metadata(v3)
+    raw = v3.get("zarr.json").replace(b'"kind": "inline"', b'"kind": "inline", "kind": "inline"')
+    v3.set("zarr.json", raw)
+    check_error(MetadataError, lambda: zarrx.open_group(v3, mode="r"), "zarr.json", "'kind' appears twice")
+
+
+def test_the_longest_dimension_int64_can_address_is_accepted_and_read():
+    array = zarrx.create_array({}, shape=(2**63 - 1,), chunks=(1000,), dtype="int8", fill_value=3)
+    array[-1] = 5
+    assert (array[-1], array[2**63 - 2], array[0]) == (5, 5, 3)
+    for call in (lambda: array.resize(2**63), lambda: zarrx.create_array({}, shape=(2**64,), dtype="int8"),
+                 lambda: zarrx.create_array({}, shape=(4,), chunks=(2**63,), dtype="int8")):  # fmt: skip
+        check_error(MetadataError, call, "int64", "2**63 - 1")
+
+
+# -- messages and classes ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "read, index",
+    [
+        (lambda array: array[-100], "-100"),
+        (lambda array: array[8], "8"),
+        (lambda array: array.oindex[[1, -100]], "-100"),
+        (lambda array: array.vindex[[2, -9]], "-9"),
+        (lambda array: array.get_basic_selection(-9), "-9"),
+        (lambda array: array.__setitem__(-100, 1), "-100"),
+        # an unsigned index past int64 once wrapped around to -1, the last element: a wrong answer
+        (lambda array: array.oindex[np.array([2**64 - 1], dtype="uint64")], str(2**64 - 1)),
+        (lambda array: array.vindex[np.array([2**63], dtype="uint64")], str(2**63)),
+    ],
+    ids=["int", "int-past-end", "oindex", "vindex", "basic", "write", "oindex-uint64", "vindex-uint64"],
+)
+def test_an_index_out_of_bounds_is_named_as_written(read, index):
+    """``a[-100]`` on a length-8 array names -100, the dimension and its length (not "index -92")."""
+    array = zarrx.create_array({}, shape=(8,), chunks=(4,), dtype="int8")
+    array[:] = np.arange(8)
+    check_error(BoundsCheckError, lambda: read(array), f"index {index} is out of bounds", "dimension 0", "length 8")
+
+
+def test_conflicting_dimension_lengths_are_a_zarrx_error_naming_them(tmp_path):
+    import xarray as xr
+
+    import zarrx.xarray  # noqa: F401 (engine="zarrx")
+
+    root = zarrx.create_group(tmp_path / "store")
+    root.create_array("a", shape=(3,), dtype="int8", dimension_names=["x"])
+    root.create_array("b", shape=(4,), dtype="int8", dimension_names=["x"])
+    for open_ in (lambda: xr.open_dataset(tmp_path / "store", engine="zarrx"),
+                  lambda: xr.open_datatree(tmp_path / "store", engine="zarrx")):  # fmt: skip
+        error = check_error(ConflictingDimensionsError, open_, "'x'", "3 in array 'a'", "4 in array 'b'", "drop_variables")
+        assert isinstance(error, ValueError)
+    opened = xr.open_dataset(tmp_path / "store", engine="zarrx", drop_variables=["b"])
+    assert opened.sizes == {"x": 3}
 
 
 # -- property: mutated metadata and chunks ------------------------------------------------------------------

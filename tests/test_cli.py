@@ -95,7 +95,7 @@ def test_info_of_an_array_and_a_group(hierarchy):
     assert info["Fill value"] == '"NaN"' and info["Dimension names"] == "time, x"
     assert info["No. bytes stored"].startswith(f"{stored} ")
     assert info["Compression ratio"] == f"{8 * 6 * 4 / stored:.2f}"
-    assert info["Shards initialized"] == "2/2"
+    assert info["Initialized"] == "2/2 shards" and info["No. chunks"] == "8 (4, 2)" and info["No. shards"] == "2 (2, 1)"
     assert "  units: K" in result.stdout
 
     result = zarrx_cli("info", hierarchy)
@@ -103,6 +103,22 @@ def test_info_of_an_array_and_a_group(hierarchy):
     assert "zarrx.Group (Zarr v3)" in result.stdout and "1 array(s), 1 group(s)" in result.stdout
     assert '  history: ["made", "by", "a test"]' in result.stdout
     assert "t2m (8, 6) float32" in result.stdout  # the members
+
+
+def test_info_has_one_layout_for_arrays_sharded_arrays_and_groups(hierarchy):
+    """The same labels for every array, sharded or not, at one column for arrays and groups."""
+    outputs = {path: zarrx_cli("info", hierarchy, "--path", path) for path in ("t2m", "obs/count", "obs")}
+    labels = {}
+    for path, result in outputs.items():
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if not line.startswith("  ")]
+        assert len({line.index(" : ") for line in rows}) == 1, result.stdout  # one label column
+        labels[path] = [line.partition(" : ")[0].strip() for line in rows]
+    assert labels["t2m"] == labels["obs/count"]
+    assert {"No. chunks", "No. shards", "Initialized"} <= set(labels["t2m"])
+    assert labels["obs"][-2:] == ["Attributes", "Children"]
+    assert outputs["obs/count"].stdout.count("not sharded") == 2 and "Initialized       : 2/2 chunks" in outputs["obs/count"].stdout
+    assert "  count (10,) int16 chunks=(5,)" in outputs["obs"].stdout and "Members:" not in outputs["obs"].stdout
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -133,7 +149,32 @@ def test_verify_passes_then_names_every_bad_chunk(hierarchy):
     # only the array with the missing chunk: fine, unless every chunk must be there
     assert zarrx_cli("verify", hierarchy, "--path", "obs/count", "--no-progress").returncode == 0
     strict = zarrx_cli("verify", hierarchy, "--path", "obs/count", "--no-progress", "--require-all-chunks")
-    assert strict.returncode == 1 and "1 chunk(s) missing" in strict.stdout
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "FAILED (--require-all-chunks): 1 stored object(s) missing in 1 array(s):" in strict.stdout
+    assert "  /obs/count: 1 of 2 chunks missing, e.g. obs/count/c/0" in strict.stdout
+    assert "reads as the array's fill value" in strict.stdout and "interrupted" in strict.stdout
+
+
+def test_verify_and_convert_name_an_unfinished_convert(hierarchy, tmp_path):
+    from zarrx.errors import StoreError
+    from zarrx.storage import LocalStore
+    from zarrx.testing import FaultyStore
+
+    target = tmp_path / "copy.zarr"
+    with pytest.raises(StoreError):
+        zarrx.convert(str(hierarchy), FaultyStore(LocalStore(str(target)), fail_set=lambda key: key == "obs/flags/c/1"),
+                      progress=False)  # fmt: skip
+    verified = zarrx_cli("verify", target, "--no-progress")
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert "FAILED: 0 corrupt chunk(s), 0 invalid metadata document(s), an unfinished convert" in verified.stdout
+    assert "INCOMPLETE: an interrupted (or running) zarrx convert" in verified.stdout
+    assert "  zarrx-convert-incomplete.json: an unfinished zarrx convert" in verified.stdout
+    other = zarrx_cli("convert", hierarchy, target, "--compressor", "gzip", "--no-progress")
+    assert other.returncode == 2 and "is an incomplete convert" in other.stderr and "--overwrite" in other.stderr
+    resumed = zarrx_cli("convert", hierarchy, target, "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Resumed the interrupted convert" in resumed.stdout and "Converted" in resumed.stdout
+    assert zarrx_cli("verify", target, "--no-progress").returncode == 0
 
 
 # -- consolidate ----------------------------------------------------------------------------------
@@ -195,7 +236,7 @@ def test_storage_options_reach_an_s3_store():
         server.reset()
         result = zarrx_cli("info", url, *flags, "--storage-option", 'config_kwargs={"retries": {"max_attempts": 1}}')
         assert result.returncode == 0, result.stderr
-        assert "(6, 4)" in result.stdout and "Chunks initialized : 2/2" in result.stdout
+        assert "(6, 4)" in result.stdout and "Initialized       : 2/2 chunks" in result.stdout
         assert server.count("GET") >= 1  # the command's requests went to this server, with these options
 
         verified = zarrx_cli("verify", url, *flags, "--no-progress")
@@ -212,7 +253,7 @@ def test_tree_and_verify_over_http(hierarchy):
         assert tree.returncode == 0, tree.stderr
         assert "t2m (8, 6) float32 chunks=(2, 3) shards=(4, 6)" in tree.stdout and "flags (6,) uint8" in tree.stdout
         verified = zarrx_cli("verify", url, "--no-progress")
-        assert verified.returncode == 0 and "7 stored chunk(s) checked" in verified.stdout
+        assert verified.returncode == 0 and "5 stored chunk(s) and 2 shard(s) checked" in verified.stdout
         assert any(request.path.endswith("/t2m/c/1/0") for request in server.requests)
 
 

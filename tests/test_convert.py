@@ -10,6 +10,7 @@ dimension names; zarrx follows the v3 spec, where dimension names have their own
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,13 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from xarray.backends.zarr import FillValueCoder
 from zarr.core.dtype import VariableLengthBytes
 
 import zarrx
 from zarrx.tools.cli import main
-from zarrx.errors import ContainsGroupError, UnsupportedExtensionError, UsageError
+from zarrx.tools.migration import MaskLostWarning
+from zarrx.errors import ContainsGroupError, MetadataError, UnsupportedExtensionError, UsageError
 
 from .test_draft import draft_store, zarr_python_2_store  # noqa: F401 (fixtures)
 from .test_v2 import assert_values, values_for
@@ -64,7 +67,20 @@ def build_v2(path: Path) -> dict[str, np.ndarray]:
     return expected
 
 
-def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
+def assert_cf_fill_value(attributes: dict[str, Any], v2_array: Any) -> None:
+    """Pops the attribute by which xarray masks in v3 what it masks in the v2 ``v2_array`` (its fill value)."""
+    fill_value, dtype = v2_array.metadata.fill_value, v2_array.dtype
+    if fill_value is None or dtype.kind in "MmV" or isinstance(fill_value, bytes):
+        assert "_FillValue" not in attributes and "missing_value" not in attributes
+    elif dtype.kind in "biufc":
+        decoded = FillValueCoder.decode(attributes.pop("_FillValue"), dtype)
+        assert decoded == fill_value or (np.isnan(decoded) and np.isnan(fill_value))
+    else:
+        assert attributes.pop("missing_value") == fill_value
+
+
+def assert_v3_copy(path: Path, expected: dict[str, np.ndarray], v2_path: Path | None = None) -> None:
+    v2_path = v2_path or path
     ours = zarrx.open_group(str(path))
     theirs = zarr.open_group(str(path), mode="r", zarr_format=3)
     assert ours.metadata.zarr_format == 3 and theirs.attrs["title"] == "v2 data"
@@ -72,7 +88,9 @@ def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
     for name, values in expected.items():
         array = ours[name]
         assert array.metadata.zarr_format == 3
-        assert array.dimension_names == ("y", "x") and array.attrs.asdict() == {"units": name.split("/")[-1]}
+        attributes = array.attrs.asdict()
+        assert_cf_fill_value(attributes, zarr.open_array(str(v2_path), path=name, mode="r", zarr_format=2))
+        assert array.dimension_names == ("y", "x") and attributes == {"units": name.split("/")[-1]}
         assert_values(array[:], values)
         if name.endswith("struct"):
             continue  # zarr-python 3.1 reads only the legacy "structured" name (test_interop's disagreements)
@@ -83,8 +101,9 @@ def assert_v3_copy(path: Path, expected: dict[str, np.ndarray]) -> None:
 
 def test_convert_v2_to_v3(tmp_path):
     expected = build_v2(tmp_path / "v2")
-    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "v3"), progress=False)
-    assert_v3_copy(tmp_path / "v3", expected)
+    with pytest.warns(MaskLostWarning, match="'/sub/bytes': xarray reads the v2 fill value b''"):
+        zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "v3"), progress=False)
+    assert_v3_copy(tmp_path / "v3", expected, tmp_path / "v2")
     blosc = zarrx.open_array(str(tmp_path / "v3"), "blosc")
     assert blosc.chunks == (3, 2) and [c["name"] for c in blosc.metadata.to_json()["codecs"]] == ["bytes", "blosc"]
     assert zarrx.open_array(str(tmp_path / "v3"), "delta-nested").metadata.to_json()["codecs"][0]["name"] == "numcodecs.delta"
@@ -94,7 +113,8 @@ def test_convert_v2_to_v3(tmp_path):
 def test_migrate_v2_to_v3_keeps_chunks_and_reads_in_zarr_python(tmp_path):
     expected = build_v2(tmp_path / "v2")
     before = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
-    zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
+    with pytest.warns(MaskLostWarning, match="'/sub/bytes'"):
+        zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))
     after = {p: p.read_bytes() for p in (tmp_path / "v2").rglob("*") if p.is_file()}
     assert {p: v for p, v in after.items() if p.name != "zarr.json"} == before  # v2 documents and chunks untouched
     assert len(after) - len(before) == len(V2_ARRAYS) + 2  # a zarr.json per array and group
@@ -172,7 +192,7 @@ def test_convert_rechunks_a_hierarchy_of_mixed_ranks_by_dimension_name(tmp_path)
     lat[...] = np.linspace(-80, 80, 8)
     flags = root.create_array("flags", shape=(5,), chunks=(2,), shards=(4,), dtype="u1")  # no dimension names
     flags[...] = 1
-    with pytest.raises(UsageError, match="by dimension name"):
+    with pytest.raises(MetadataError, match="chunks: expected 1 chunk lengths .*by dimension name"):
         zarrx.convert(str(tmp_path / "s"), str(tmp_path / "bad"), chunks=(6, 4, 5), progress=False)
     out = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), chunks={"time": 6, "lat": 4},
                         shards={"time": 12}, progress=False)  # fmt: skip
@@ -195,7 +215,7 @@ def test_convert_refuses_a_non_empty_destination_and_shows_progress(tmp_path, ca
     converted = zarrx.convert(str(tmp_path / "s"), str(tmp_path / "t"), overwrite=True)
     assert converted[:].tolist() == [3, 3, 3, 3]
     assert "Completed" in capsys.readouterr().out  # dask's progress bar
-    with pytest.raises(UsageError, match="chunks"):
+    with pytest.raises(MetadataError, match="chunks: expected 1 chunk lengths for shape"):
         zarrx.convert(str(tmp_path / "s"), {}, chunks=(2, 2), progress=False)
 
 
@@ -208,7 +228,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
                  "--compressor", "zstd:3", "--no-progress"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "Converted" in out and "blosc (7, 5) float64 chunks=(4, 4)" in out
-    assert_v3_copy(tmp_path / "v3", expected)
+    assert_v3_copy(tmp_path / "v3", expected, tmp_path / "v2")
     codecs = zarrx.open_array(str(tmp_path / "v3"), "blosc").metadata.to_json()["codecs"]
     assert codecs[-1] == {"name": "zstd", "configuration": {"level": 3}}
     assert main(["convert", str(tmp_path / "v2"), "--migrate-in-place"]) == 0
@@ -223,7 +243,7 @@ def test_cli_converts_and_migrates(tmp_path, capsys):
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "a,b"], "--chunks: expected comma-separated integers"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "x=a"], "or lengths by dimension name"),
         (["convert", "{tmp}/src", "{tmp}/out", "--chunks", "2,2,2"], "chunks"),
-        (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: expected"),
+        (["convert", "{tmp}/src", "{tmp}/out", "--compressor", "snappy"], "--compressor: unknown codec 'snappy'"),
         (["convert", "{tmp}/src", "{tmp}/out", "--storage-option", "nokey"], "--storage-option: expected key=value"),
         (["convert", "{tmp}/src", "{tmp}/src", "--overwrite"], "the source store itself"),
         (["convert", "{tmp}/src", "{tmp}/other"], "already holds"),
@@ -246,3 +266,67 @@ def test_console_script_prints_no_traceback(tmp_path):
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("zarrx: error: no array or group")
+
+
+# -- checked before anything is written -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(chunks=(3,), shards=(5,)),  # shards not a multiple of the chunks (was rounded to 6)
+        dict(chunks=(2, 2)),  # chunks of the wrong rank
+        dict(chunks=(2,), shards=(4, 4)),  # shards of the wrong rank
+        dict(chunks=(0,)),
+        dict(compressors="snappy"),  # an unknown compressor
+        dict(compressors=[{"name": "zstd", "configuration": {"level": 99}}]),
+        dict(compressors=[zarr.codecs.BytesCodec()]),  # no compressor at all
+    ],
+    ids=["shards-not-a-multiple", "chunks-rank", "shards-rank", "chunks-zero", "unknown-compressor", "bad-level", "not-a-compressor"],
+)
+def test_convert_refuses_what_create_array_refuses_before_writing_a_byte(tmp_path, settings):
+    source = zarrx.create_array(str(tmp_path / "src"), shape=(10,), chunks=(5,), dtype="<i2", zarr_format=2)
+    source[:] = np.arange(10)
+    with pytest.raises(MetadataError) as expected:
+        zarrx.create_array({}, shape=(10,), dtype="<i2", **settings)
+    with pytest.raises(type(expected.value)) as found:
+        zarrx.convert(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False, **settings)
+    assert str(expected.value) in str(found.value) and "array '/'" in str(found.value)
+    assert not [files for _, _, files in os.walk(tmp_path / "dst") if files]  # not a byte written
+
+
+def test_shards_past_the_shape_are_cut_to_whole_chunks_not_rounded(tmp_path):
+    source = zarrx.create_array(str(tmp_path / "src"), shape=(10, 7), chunks=(5, 7), dtype="<i2")
+    source[:] = np.arange(70).reshape(10, 7)
+    cut = zarrx.convert(str(tmp_path / "src"), str(tmp_path / "a"), chunks=(3, 3), shards=(30, -1), progress=False)
+    assert cut.chunks == (3, 3) and cut.shards == (12, 9)  # one shard of whole chunks covering the shape
+    assert_values(cut[:], source[:])
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "b"), "--chunks", "3,3", "--shards", "5,3", "--no-progress"]) == 2
+
+
+# -- consolidated metadata ------------------------------------------------------------------------
+
+
+def _consolidated_members(path: Path) -> list[str] | None:
+    document = json.loads((path / "zarr.json").read_text()).get("consolidated_metadata")
+    return None if document is None else sorted(document["metadata"])
+
+
+def test_the_destination_is_consolidated_when_the_source_was_or_on_request(tmp_path):
+    root = zarrx.create_group(str(tmp_path / "v2"), zarr_format=2)
+    root.create_array("a", shape=(4,), dtype="<i2", zarr_format=2)[:] = 1
+    root.create_array("g/b", shape=(3,), dtype="<f4", zarr_format=2)[:] = 2
+    plain = tmp_path / "plain"
+    zarrx.convert(str(tmp_path / "v2"), str(plain), progress=False)
+    assert _consolidated_members(plain) is None
+    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "asked"), consolidate=True, progress=False)
+    assert _consolidated_members(tmp_path / "asked") == ["a", "g", "g/b"]
+    zarrx.consolidate_metadata(str(tmp_path / "v2"))
+    root.create_array("late", shape=(2,), dtype="<i2", zarr_format=2)  # the consolidated metadata is stale now
+    zarrx.convert(str(tmp_path / "v2"), str(tmp_path / "kept"), progress=False)
+    assert _consolidated_members(tmp_path / "kept") == ["a", "g", "g/b", "late"]  # every member, as stored
+    assert sorted(zarr.open_consolidated(str(tmp_path / "kept"), zarr_format=3)) == ["a", "g", "late"]
+    assert main(["convert", str(tmp_path / "v2"), str(tmp_path / "cli"), "--no-consolidate", "--no-progress"]) == 0
+    assert _consolidated_members(tmp_path / "cli") is None
+    zarrx.migrate_v2_to_v3(str(tmp_path / "v2"))  # in place too: .zmetadata was there
+    assert _consolidated_members(tmp_path / "v2") == ["a", "g", "g/b", "late"]

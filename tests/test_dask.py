@@ -285,7 +285,9 @@ def test_to_zarr_refuses_blocks_that_do_not_line_up_with_the_chunks_it_is_given(
 
 def test_to_zarr_argument_errors():
     x = da.from_array(DATA, chunks=(10, 6))
-    with pytest.raises(UsageError, match="shards=.*needs chunks="):
+    # shards without chunks: the first block (dividing the shard) is the chunk; the blocks still
+    # have to line up with the shards
+    with pytest.raises(ChunkAlignmentError, match=r"shard shape \(20, 12\)"):
         zarrx.to_zarr(x, {}, shards=(20, 12))
     with pytest.raises(UsageError, match="shape"):
         zarrx.to_zarr(x, {}, shape=(1, 2))
@@ -376,20 +378,24 @@ def test_repeating_a_write_writes_again():
     x = da.from_array(DATA, chunks=(10, 6))
     first = zarrx.to_zarr(x, target, compute=False)
     second = zarrx.to_zarr(x, target, compute=False)
-    assert first.key != second.key
+    assert first.name != second.name
     first.compute()
     target[...] = 0
     second.compute()
     np.testing.assert_array_equal(target[...], DATA)
 
 
-def test_compute_false_returns_a_delayed_that_writes():
+def test_compute_false_returns_what_dask_array_store_returns():
     store = MemoryStore()
-    delayed = zarrx.to_zarr(da.from_array(DATA, chunks=(10, 6)), store, compute=False)
-    assert isinstance(delayed, Delayed)
+    x = da.from_array(DATA, chunks=(10, 6))
+    lazy = zarrx.to_zarr(x, store, compute=False)
+    # dask.array.store(compute=False): a dask array with the source's blocks whose tasks write
+    expected = da.store(x, np.empty(DATA.shape, DATA.dtype), compute=False)
+    assert isinstance(lazy, da.Array) and isinstance(expected, da.Array)
+    assert lazy.chunks == expected.chunks == x.chunks and lazy.dtype == expected.dtype
     assert zarrx.open_array(store).shape == DATA.shape  # the metadata is written at once
     assert chunk_keys(store) == []  # the data only when computed
-    assert delayed.compute() is None
+    assert lazy.compute().size == expected.compute().size == 0  # nothing held, as dask's
     np.testing.assert_array_equal(zarrx.open_array(store)[...], DATA)
 
     # region writes too, and several together
@@ -453,7 +459,7 @@ def test_distributed_cluster_with_worker_processes(tmp_path):
         delayed = zarrx.to_zarr(x * 2, url, "b", compute=False)
         future = client.compute(delayed)
         distributed.progress(future)  # the text progress bar in a script; must not break anything
-        assert future.result() is None
+        assert future.result().size == 0  # dask.array.store(compute=False)'s empty result
         np.testing.assert_array_equal(zarrx.open_array(url, "b")[...], data * 2)
 
         y = zarrx.from_zarr(url, "a")
@@ -501,3 +507,67 @@ def test_writing_more_than_fits_streams_block_by_block(tmp_path):
         tracemalloc.stop()
     assert peak < 64 * 2**20, f"peak {peak / 2**20:.0f} MiB for a 256 MiB write"
     assert zarrx.open_array(str(tmp_path / "big.zarr")).nchunks_initialized == 16 * 8
+
+
+# -- dask.array.to_zarr's keywords and results ------------------------------------------------------
+def test_return_stored_gives_the_stored_values_with_the_source_blocks():
+    x = da.from_array(DATA, chunks=(10, 6))
+    target = zarrx.create_array({}, shape=DATA.shape, dtype="int16", chunks=(10, 6), fill_value=0)
+    lazy = zarrx.to_zarr(x * 1000, target, compute=False, return_stored=True)
+    assert lazy.chunks == x.chunks and chunk_keys(target.store) == []
+    np.testing.assert_array_equal(lazy.compute(), (DATA * 1000).astype("int16"))  # what the store holds
+    stored = zarrx.to_zarr(-x, target, return_stored=True)
+    assert isinstance(stored, da.Array) and stored.chunks == x.chunks
+    target[...] = 0
+    np.testing.assert_array_equal(stored.compute(), 0)  # read from the store when computed
+
+
+def test_dask_keywords_component_and_mode(tmp_path):
+    x = da.from_array(DATA, chunks=(10, 6))
+    zarrx.to_zarr(x, tmp_path / "d.zarr", component="nested/a")
+    np.testing.assert_array_equal(zarrx.from_zarr(tmp_path / "d.zarr", component="nested/a").compute(), DATA)
+    with pytest.raises(ContainsArrayError):
+        zarrx.to_zarr(x, tmp_path / "d.zarr", component="nested/a", mode="w-")
+    zarrx.to_zarr(-x, tmp_path / "d.zarr", component="nested/a", mode="w")
+    np.testing.assert_array_equal(zarrx.open_array(tmp_path / "d.zarr", "nested/a")[...], -DATA)
+    with pytest.raises(UsageError, match="Cannot use mode 'r'"):
+        zarrx.to_zarr(x, tmp_path / "d.zarr", component="b", mode="r")
+    with pytest.raises(UsageError, match="component"):
+        zarrx.to_zarr(x, tmp_path / "d.zarr", "a", component="b")
+    assert zarrx.from_zarr(tmp_path / "d.zarr", component="nested/a", name="mine").name == "mine"
+
+
+@pytest.mark.parametrize(
+    ("blocks", "shards", "chunks"),
+    [((10, 6), (20, 12), (10, 6)), ((4, 6), (10, 12), (2, 6)), ((23, 17), (23, 17), (23, 17))],
+)
+def test_sharded_writes_choose_chunks_when_not_given(blocks, shards, chunks):
+    x = da.from_array(DATA, chunks=blocks)
+    arr = zarrx.to_zarr(x, {}, shards=shards, align_chunks=True)
+    assert arr.shards == shards and arr.chunks == chunks  # the first block, or what divides it and the shard
+    np.testing.assert_array_equal(arr[...], DATA)
+
+
+def test_irregular_blocks_are_regularised_with_dasks_warning_when_aligning():
+    irregular = da.from_array(DATA, chunks=((10, 7, 6), (17,)))
+    with pytest.warns(UserWarning, match="The array uses irregular chunk sizes"):
+        lazy = zarrx.to_zarr(irregular, {}, compute=False, align_chunks=True)
+    assert lazy.chunks == ((10, 10, 3), (17,))
+
+
+def test_safe_chunks_false_rechunks_too():
+    x = da.from_array(DATA, chunks=(10, 6))
+    with pytest.raises(ChunkAlignmentError):
+        zarrx.to_zarr(x, {}, chunks=(4, 6))
+    np.testing.assert_array_equal(zarrx.to_zarr(x, {}, chunks=(4, 6), safe_chunks=False)[...], DATA)
+
+
+def test_dask_performance_warnings_for_partial_chunks_and_blocks_past_the_chunk_size():
+    from dask.array.core import PerformanceWarning
+
+    target = zarrx.create_array({}, shape=(30,), dtype="int64", chunks=(3,), shards=(6,), fill_value=0)
+    with pytest.warns(PerformanceWarning, match="writes part of a shard along axis 0"):
+        zarrx.to_zarr(da.arange(5, chunks=5), target, region=(slice(1, 6),))
+    with dask.config.set({"array.chunk-size": 1}), pytest.warns(PerformanceWarning, match="array.chunk-size"):
+        zarrx.to_zarr(da.arange(30, chunks=10), target, align_chunks=True)
+    np.testing.assert_array_equal(target[:], np.arange(30))

@@ -685,9 +685,9 @@ def test_bad_cast_scalar(data_type_json, value):
 BAD_DATA_TYPES = [
     # (JSON, error class, message prefix)
     ("float128", UnsupportedExtensionError, "data_type: unknown data type 'float128'"),
-    ({"name": "float8_e4m3"}, UnsupportedExtensionError, "data_type: unknown data type 'float8_e4m3'"),
+    ({"name": "float7_e3m3"}, UnsupportedExtensionError, "data_type: unknown data type 'float7_e3m3'"),
     # must_understand: false cannot make an unknown data type skippable
-    ({"name": "float8_e4m3", "must_understand": False}, UnsupportedExtensionError, "data_type: unknown"),
+    ({"name": "float7_e3m3", "must_understand": False}, UnsupportedExtensionError, "data_type: unknown"),
     ({"name": "float32", "must_understand": False}, MetadataError, "data_type.must_understand"),
     ("", MetadataError, "data_type"),
     (5, MetadataError, "data_type"),

@@ -434,7 +434,7 @@ def test_local_failed_write_keeps_old_value_and_leaves_no_temporary_file(tmp_pat
     store = LocalStore(tmp_path)
     store.set("k", b"old")
 
-    def failing_replace(source, target):
+    def failing_replace(source, target, **folders):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)

@@ -9,8 +9,8 @@ keys and leftover temporary files are reported separately and do not fail the ch
 
 from __future__ import annotations
 
+import json
 import re
-
 import threading
 
 import numpy as np
@@ -268,12 +268,70 @@ def test_verify_never_writes(tmp_path):
 def test_consolidated_metadata_does_not_hide_nodes(store):
     build(store)
     zarrx.consolidate_metadata(store)
-    late = zarrx.create_array(store, "late", shape=(4,), chunks=(2,), dtype="int8")
-    late[...] = 1
+    late = zarrx.create_array({}, shape=(4,), chunks=(2,), dtype="int8")
+    store.set("late/zarr.json", late.metadata.to_bytes())  # another writer: not in the consolidated metadata
+    zarrx.open_array(store, "late", mode="r+")[...] = 1
     store.set("late/c/1", b"bad")
     report = verify(store)
     assert "late" in [a.path for a in report.arrays]
     assert keys(report.corrupt) == ["late/c/1"]
+    assert [(p.key, p.node) for p in report.stale_consolidated] == [("zarr.json", "/late")]
+
+
+# -- consolidated metadata that disagrees with the members (issue 22) ---------------------------------
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_stale_consolidated_metadata_is_reported_by_member(store, zarr_format):
+    """Another writer (not zarrx, which keeps it true) changed the members after consolidation."""
+    root = zarrx.create_group(store, zarr_format=zarr_format)
+    x = root.create_array("x", shape=(4,), chunks=(2,), dtype="int8")
+    root.create_array("g/y", shape=(2,), dtype="int8")
+    zarrx.consolidate_metadata(store)
+    assert verify(store).ok and verify(store).stale_consolidated == []
+    changed = x.metadata.evolve(shape=(6,), attributes={"units": "m"})
+    for name, raw in changed.documents().items():  # another writer appends, without updating it
+        store.set(f"x/{name}", raw)
+    for name, raw in root.metadata.documents().items():
+        store.set(f"late/{name}", raw)  # adds a group
+    store.delete_prefix("g/y/")  # and deletes an array
+    report = verify(store)
+    assert not report.ok
+    document = "zarr.json" if zarr_format == 3 else ".zmetadata"
+    found = {problem.node: problem.error for problem in report.stale_consolidated}
+    assert {problem.key for problem in report.stale_consolidated} == {document}
+    assert sorted(found) == ["/g/y", "/late", "/x"]
+    assert "not stored" in found["/g/y"] and "missing from the consolidated metadata" in found["/late"]
+    assert "shape" in found["/x"] and "[6]" in found["/x"] and "[4]" in found["/x"]
+    assert "run `zarrx consolidate`" in str(report) and "FAILED" in str(report)
+    zarrx.consolidate_metadata(store)
+    assert verify(store).ok
+
+
+def test_an_invalid_consolidated_copy_is_reported(store):
+    root = zarrx.create_group(store)
+    root.create_array("x", shape=(4,), dtype="int8")
+    zarrx.consolidate_metadata(store)
+    document = json.loads(store.get("zarr.json"))
+    document["consolidated_metadata"]["metadata"]["x"]["shape"] = "four"
+    store.set("zarr.json", json.dumps(document).encode())
+    report = verify(store)
+    assert not report.ok and [(p.key, p.node) for p in report.stale_consolidated] == [("zarr.json", "/x")]
+    assert "invalid" in report.stale_consolidated[0].error
+
+
+def test_zarrx_verify_is_the_function_the_documentation_shows(store, tmp_path):
+    """``zarrx.verify(store)`` (issue 22: ``zarrx.verify.verify(store)`` was documented, and failed)."""
+    import importlib
+    from pathlib import Path
+
+    module = importlib.import_module("zarrx.tools.verify")
+    assert zarrx.verify is module.verify is verify  # importing the module does not shadow the function
+    build(store)
+    report = zarrx.verify(store, "g", progress=False)
+    assert isinstance(report, module.VerifyReport) and report.ok and [a.path for a in report.arrays] == ["g/plain", "g/raw"]
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    pages = {page: page.read_text() for page in [*docs.rglob("*.md"), docs.parent / "README.md"]}
+    assert not [page for page, text in pages.items() if "verify.verify" in text]
+    assert any("zarrx.verify(store" in text for text in pages.values())
 
 
 def test_zarr_v2_hierarchy(store):

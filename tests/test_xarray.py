@@ -286,12 +286,15 @@ def test_encoding_keys(tmp_path):
     encoding = ds.v.encoding
     assert encoding["chunks"] == (2, 3) and encoding["shards"] == (4, 6)
     assert encoding["preferred_chunks"] == {"y": 4, "x": 6}
-    assert encoding["compressors"] == ({"name": "gzip", "configuration": {"level": 2}},)
-    assert encoding["filters"] == ()
-    assert encoding["serializer"] == {"name": "bytes", "configuration": {"endian": "little"}}
+    # codec objects, the ones engine="zarr" gives (zarr-python's)
+    theirs = xr.open_dataset(path, engine="zarr").v.encoding
+    assert encoding["compressors"] == theirs["compressors"] == (zarr.codecs.GzipCodec(level=2),)
+    assert encoding["compressors"][0].level == 2
+    assert encoding["filters"] == () == theirs["filters"]
+    assert encoding["serializer"] == theirs["serializer"] == zarr.codecs.BytesCodec(endian="little")
     assert np.isnan(encoding["fill_value"]) and encoding["dtype"] == np.dtype("float32")
-    assert ds.s.encoding["dtype"] == np.dtypes.StringDType() and ds.s.encoding["serializer"] == {"name": "vlen-utf8"}
-    # the JSON codecs are accepted back by both writers
+    assert ds.s.encoding["dtype"] == np.dtypes.StringDType() and ds.s.encoding["serializer"] == zarr.codecs.VLenUTF8Codec()
+    # the codec objects are accepted back by both writers
     ds.load().to_zarr(str(tmp_path / "again-zarr.zarr"), zarr_format=3)
     ds.zarrx.to_zarr(str(tmp_path / "again-zarrx.zarr"))
     for again in ("again-zarr.zarr", "again-zarrx.zarr"):
@@ -382,9 +385,12 @@ def test_consolidated_true_without_consolidated_metadata_is_a_clear_error(tmp_pa
     xr.Dataset({"v": ("x", [1, 2])}).zarrx.to_zarr(path, consolidated=False)
     with pytest.raises(MetadataError, match="consolidated=True.*consolidate_metadata"):
         xr.open_dataset(path, engine="zarrx", consolidated=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # None falls back silently (engine="zarr" warns)
+    # None falls back to listing the store, with engine="zarr"'s RuntimeWarning
+    with pytest.warns(RuntimeWarning, match="(?s)Failed to open Zarr store with consolidated metadata.*plain.zarr"):
         fallback = xr.open_dataset(path, engine="zarrx", consolidated=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # False asks for the listing: no warning
+        xr.open_dataset(path, engine="zarrx", consolidated=False)
     xr.testing.assert_identical(fallback, xr.open_dataset(path, engine="zarrx", consolidated=False))
 
 

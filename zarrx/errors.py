@@ -17,6 +17,7 @@ __all__ = [
     "ContainsGroupError",
     "MetadataError",
     "UnknownCodecError",
+    "ConflictingDimensionsError",
     "UnsupportedExtensionError",
     "ChunkDecodeError",
     "ChunkEncodeError",
@@ -25,15 +26,23 @@ __all__ = [
     "SelectionError",
     "BoundsCheckError",
     "ChunkAlignmentError",
+    "GraphTooLargeError",
     "StoreError",
     "StoreTimeoutError",
+    "OutsideStoreError",
     "UsageError",
+    "UsageTypeError",
+    "NameNotFoundError",
     "StoreTypeError",
 ]
 
 
 class ZarrxError(Exception):
     """Base class of every error raised by zarrx."""
+
+    def __str__(self) -> str:
+        # the message as given: a class that is also a KeyError would otherwise show its repr
+        return Exception.__str__(self)
 
 
 class NodeNotFoundError(ZarrxError, FileNotFoundError, KeyError):
@@ -61,6 +70,10 @@ class UnsupportedExtensionError(MetadataError):
 
 class UnknownCodecError(UnsupportedExtensionError):
     """A codec name that is not in the codec registry."""
+
+
+class ConflictingDimensionsError(MetadataError):
+    """Arrays of one group give one dimension name different lengths (xarray needs one length)."""
 
 
 class ChunkDecodeError(ZarrxError, ValueError):
@@ -94,6 +107,11 @@ class ChunkAlignmentError(ZarrxError, ValueError):
     """A parallel write would make two tasks write the same chunk (or shard)."""
 
 
+class GraphTooLargeError(ZarrxError, MemoryError):
+    """A dask graph that cannot be built: its block sizes alone would not fit in memory (too many
+    chunks). Larger blocks (``chunks=``) make it fit."""
+
+
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
 
@@ -102,9 +120,26 @@ class StoreTimeoutError(StoreError, TimeoutError):
     """A store request (or a batch of them) got no complete answer in the time allowed."""
 
 
+class OutsideStoreError(StoreError, PermissionError):
+    """A key whose file lies outside the store's root folder, through a symbolic link.
+
+    Writes and deletions never leave the root; reads do only where the store allows it
+    (``LocalStore(root, follow_external_links=True)``).
+    """
+
+
 class UsageError(ZarrxError, ValueError):
     """An argument zarrx cannot take (an unknown mode, an unusable option)."""
 
 
-class StoreTypeError(UsageError, TypeError):
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type (a region that is not a dict, a variable named 0, ...)."""
+
+
+class NameNotFoundError(UsageError, KeyError):
+    """An argument names something that is not there: a variable in ``encoding``, a coordinate
+    value of ``region="auto"`` missing from the stored coordinate."""
+
+
+class StoreTypeError(UsageTypeError):
     """An object that cannot be used as a store."""

@@ -95,7 +95,17 @@ class Codec(ABC):
         """Raise MetadataError if this codec cannot encode chunks described by ``spec``."""
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.to_json() == other.to_json()  # type: ignore[union-attr]
+        if type(self) is type(other):
+            return self.to_json() == other.to_json()  # type: ignore[union-attr]
+        # the same codec held another way: its JSON, or a zarr-python codec object (``to_dict()``),
+        # as xarray encodings hold them -- equal when they configure this codec alike
+        document = other.to_dict() if callable(getattr(other, "to_dict", None)) and not isinstance(other, Codec) else other
+        if not isinstance(document, Mapping) or document.get("name") not in (self.name, *self.aliases):
+            return NotImplemented
+        try:
+            return type(self).from_json(document.get("configuration") or {}).to_json() == self.to_json()
+        except Exception:  # a configuration this codec does not take: not this codec
+            return False
 
     def __hash__(self) -> int:
         return hash(repr(self.to_json()))

@@ -2,15 +2,16 @@
 
 ``endian`` is required for data types with a byte order (``needs_endian``);
 single-byte types may omit it, and then the codec is written without a
-``configuration``. Structured data types are swapped field by field
-(``numpy.dtype.newbyteorder`` recurses into fields). Decoding is zero-copy when
-the stored order is the native one: the result may be a read-only view of the
-input, which callers copy into their output.
+``configuration``. The data type lays its elements out
+(:meth:`~zarrx.dtypes.base.DataType.to_stored` / ``from_stored``): NumPy's bytes in the
+stored order for most (structured types are swapped field by field), the registry's layout
+for the others (``complex_float8_e4m3``: two bytes per element; ``int4``: the upper bits of
+its byte ignored). Decoding is zero-copy when the stored layout is the in-memory one: the
+result may be a read-only view of the input, which callers copy into their output.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
@@ -61,6 +62,11 @@ class BytesCodec(ArrayBytesCodec):
         return self
 
     def validate(self, spec: ChunkSpec) -> None:
+        if spec.data_type.stored_by is not None:
+            raise MetadataError(
+                f"codecs: the bytes codec cannot encode the data type {spec.data_type.to_json()!r}; "
+                f"use the {spec.data_type.stored_by!r} codec"
+            )
         if spec.data_type.item_size is None:
             raise MetadataError(
                 f"codecs: the bytes codec cannot encode the variable-length data type "
@@ -76,11 +82,12 @@ class BytesCodec(ArrayBytesCodec):
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         return spec.nbytes
 
-    def _stored_dtype(self, spec: ChunkSpec) -> np.dtype:
-        return spec.dtype.newbyteorder(_BYTE_ORDER[self.endian])
+    def stores_memory_layout(self, spec: ChunkSpec) -> bool:
+        """Whether a chunk of ``spec`` is stored as its in-memory bytes (no swap, no conversion)."""
+        return spec.data_type.stored_is_memory(_BYTE_ORDER[self.endian])
 
     def encode(self, array: np.ndarray, spec: ChunkSpec) -> Buffer:
-        return as_uint8(np.ascontiguousarray(array, dtype=self._stored_dtype(spec)))
+        return as_uint8(spec.data_type.to_stored(np.asarray(array), _BYTE_ORDER[self.endian]))
 
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         raw = as_uint8(data)
@@ -89,7 +96,4 @@ class BytesCodec(ArrayBytesCodec):
             raise ChunkDecodeError(
                 f"expected {expected} bytes ({spec.shape} x {spec.data_type.item_size} bytes), found {raw.nbytes}"
             )
-        array = raw.view(self._stored_dtype(spec)).reshape(spec.shape)
-        if self.endian is not None and self.endian != sys.byteorder:
-            return array.astype(spec.dtype)
-        return array
+        return spec.data_type.from_stored(raw, spec.shape, _BYTE_ORDER[self.endian])

@@ -308,7 +308,7 @@ class CodecPipeline:
             return None
         if type(self.array_bytes) is not BytesCodec or spec.nbytes is None or spec.dtype.hasobject:
             return None
-        if self.array_bytes._stored_dtype(spec) != spec.dtype:  # byte-swapped on disk
+        if not self.array_bytes.stores_memory_layout(spec):  # byte-swapped or converted on disk
             return None
         return self.bytes_bytes[0]
 

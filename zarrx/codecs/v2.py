@@ -133,8 +133,9 @@ _ZARRX_DECODERS: dict[str, Callable[[dict[str, Any]], BytesBytesCodec]] = {
 }
 
 
-def _bounded_decoder(config: dict[str, Any], field_name: str) -> Callable[[np.ndarray, int | None, int], Buffer]:
-    """How to decode the compressor's stream within a size bound."""
+def _bounded_decoder(config: dict[str, Any], field_name: str) -> Callable[..., Buffer]:
+    """How to decode the compressor's stream within a size bound: ``decode(data, expected_size,
+    max_size, dtype)``, ``dtype`` the elements the filters hand the compressor (uint8 when unknown)."""
     codec_id = config["id"]
     options = {key: value for key, value in config.items() if key != "id"}
     build = _ZARRX_DECODERS.get(codec_id)
@@ -147,16 +148,19 @@ def _bounded_decoder(config: dict[str, Any], field_name: str) -> Callable[[np.nd
             codec = build(config)
         except MetadataError as error:
             raise MetadataError(f"{field_name}: {str(error).removeprefix('codecs: ')}") from None
-        return codec.decode
+        return lambda data, expected_size, max_size, dtype=None: codec.decode(data, expected_size, max_size)
     numcodec = _numcodec(config, field_name)
 
-    def decode(data: np.ndarray, expected_size: int | None, max_size: int) -> Buffer:
+    def decode(data: np.ndarray, expected_size: int | None, max_size: int, dtype: np.dtype | None = None) -> Buffer:
         if expected_size is None:
             raise ChunkDecodeError(
                 f"cannot bound the output of compressor {codec_id!r}: the chunk's decoded size is not fixed "
                 "(zarrx decodes it only when it is)"
             )
-        return numcodec.decode(data, out=np.empty(expected_size, dtype=np.uint8))
+        # the buffer has the elements' type: compressors that store typed numbers (pcodec)
+        # refuse a buffer of bytes ("does not match chunk's number type")
+        dtype = np.dtype(np.uint8) if dtype is None or expected_size % dtype.itemsize else dtype
+        return numcodec.decode(data, out=np.empty(expected_size // dtype.itemsize, dtype=dtype))
 
     return decode
 
@@ -227,7 +231,7 @@ class V2Codec(ArrayBytesCodec):
         return filters, (_numcodec(compressor, "compressor") if compressor is not None else None)
 
     @cached_property
-    def _decoders(self) -> Callable[[np.ndarray, int | None, int], Buffer] | None:
+    def _decoders(self) -> Callable[..., Buffer] | None:
         compressor = self.compressor
         if compressor is None or compressor["id"] in OBJECT_CODEC_IDS:
             return None
@@ -235,6 +239,11 @@ class V2Codec(ArrayBytesCodec):
 
     def filtered_size(self, spec: ChunkSpec) -> int | None:
         """Bytes the filters turn a chunk into (what the compressor must decode to), None when it varies."""
+        layout = self.filtered_layout(spec)
+        return None if layout is None else layout[0] * layout[1].itemsize
+
+    def filtered_layout(self, spec: ChunkSpec) -> tuple[int, np.dtype] | None:
+        """The element count and stored dtype the filters turn a chunk into, None when it varies."""
         if self.dtype.kind == "O":
             return None
         count, dtype = spec.size, self.dtype
@@ -243,7 +252,7 @@ class V2Codec(ArrayBytesCodec):
             if size_rule is None:
                 return None
             count, dtype = size_rule(codec, count, dtype)
-        return count * dtype.itemsize
+        return count, dtype
 
     def encoded_size(self, spec: ChunkSpec) -> int | None:
         return self.filtered_size(spec) if self.compressor is None else None
@@ -269,9 +278,11 @@ class V2Codec(ArrayBytesCodec):
     # -- decoding -------------------------------------------------------------------------
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         source = as_uint8(data)
-        expected = self.filtered_size(spec)
+        layout = self.filtered_layout(spec)
+        expected = None if layout is None else layout[0] * layout[1].itemsize
         if self._decoders is not None:
-            decoded: Any = self._decoders(source, expected, DEFAULT_MAX_SIZE if expected is None else expected)
+            dtype = None if layout is None else layout[1]
+            decoded: Any = self._decoders(source, expected, DEFAULT_MAX_SIZE if expected is None else expected, dtype)
         else:
             if expected is not None and source.nbytes != expected:
                 raise ChunkDecodeError(f"expected {expected} bytes, found {source.nbytes}")

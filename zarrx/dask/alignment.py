@@ -6,21 +6,30 @@ against the grid: it returns the array as it is, rechunks it onto the grid
 (``align="rechunk"``), or raises :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the
 conflicting block pairs and the object they share. :func:`first_bad_boundary` is the check
 alone, for reads whose blocks must be multiples of the chunk shape.
+
+The grid is given per axis as a chunk length, or -- for a rectilinear grid -- as the tuple of
+its chunks' edge lengths, whose running sums are the boundaries blocks may end on.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
+import dask
 import dask.array as da
 import numpy as np
+from dask.array.core import PerformanceWarning
+from dask.utils import parse_bytes
 
 from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
 
-__all__ = ["align_blocks", "first_bad_boundary", "regular_size"]
+__all__ = ["align_blocks", "first_bad_boundary", "regular_size", "grid_blocks", "warn_partial_objects"]
 
 #: conflicting block pairs spelled out in a ChunkAlignmentError message
 MAX_CONFLICTS_SHOWN = 3
@@ -39,15 +48,47 @@ def _boundaries(sizes: Sequence[int], offset: int) -> np.ndarray:
     return offset + np.cumsum(np.asarray(sizes[:-1], dtype=np.int64))
 
 
-def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: int) -> int | None:
+#: one axis of a grid: a chunk length, or a rectilinear axis' edge lengths
+Axis = int | tuple[int, ...]
+
+
+def _inside(boundaries: np.ndarray, chunk: Axis) -> np.ndarray:
+    """Which of ``boundaries`` fall inside a chunk of the axis (not on a chunk boundary)."""
+    if isinstance(chunk, tuple):
+        return ~np.isin(boundaries, np.cumsum(np.asarray(chunk, dtype=np.int64)))
+    return boundaries % chunk != 0
+
+
+def _chunk_of(position: int, chunk: Axis) -> int:
+    """The chunk of the axis holding ``position``."""
+    if isinstance(chunk, tuple):
+        return int(np.searchsorted(np.cumsum(np.asarray(chunk, dtype=np.int64)), position, side="right"))
+    return position // chunk
+
+
+def grid_blocks(edges: tuple[tuple[int, ...], ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Dask block sizes that are a rectilinear grid's chunks (the last of an axis cut at its end)."""
+    blocks = []
+    for axis_edges, length in zip(edges, shape):
+        sizes, position = [], 0
+        for edge in axis_edges:
+            if position >= length:
+                break
+            sizes.append(min(edge, length - position))
+            position += edge
+        blocks.append(tuple(sizes) or (0,))
+    return tuple(blocks)
+
+
+def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: Axis) -> int | None:
     """The first block boundary that falls inside a chunk, or None."""
     if len(sizes) < 2:
         return None
     size = regular_size(sizes)
-    if size is not None and size % chunk == 0 and offset % chunk == 0:
+    if not isinstance(chunk, tuple) and size is not None and size % chunk == 0 and offset % chunk == 0:
         return None  # the common case, without a table of boundaries
     boundaries = _boundaries(sizes, offset)
-    bad = np.flatnonzero(boundaries % chunk)
+    bad = np.flatnonzero(_inside(boundaries, chunk))
     return int(boundaries[bad[0]]) if bad.size else None
 
 
@@ -61,7 +102,7 @@ class _Conflict:
 
 
 def _conflicts(
-    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[int, ...]
+    blocks: tuple[tuple[int, ...], ...], offsets: tuple[int, ...], unit: tuple[Axis, ...]
 ) -> tuple[list[_Conflict], int]:
     """Block boundaries that fall inside chunks (a few of them) and how many block pairs share a chunk."""
     found, pairs = [], 0
@@ -70,25 +111,30 @@ def _conflicts(
         if first_bad_boundary(sizes, offset, chunk) is None:
             continue
         boundaries = _boundaries(sizes, offset)
-        bad = np.flatnonzero(boundaries % chunk)
+        bad = np.flatnonzero(_inside(boundaries, chunk))
         pairs += int(bad.size) * math.prod(n for i, n in enumerate(numblocks) if i != axis)
         found += [_Conflict(axis, int(i), int(boundaries[i])) for i in bad[:MAX_CONFLICTS_SHOWN]]
     return found, pairs
 
 
-def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[int, ...], kind: str) -> str:
+def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[Axis, ...], kind: str) -> str:
     axis, ndim = conflict.axis, len(unit)
     first = tuple(conflict.block if i == axis else 0 for i in range(ndim))
     second = tuple(conflict.block + 1 if i == axis else 0 for i in range(ndim))
-    shared = tuple(conflict.position // unit[i] if i == axis else offsets[i] // unit[i] for i in range(ndim))
+    shared = tuple(_chunk_of(conflict.position if i == axis else offsets[i], unit[i]) for i in range(ndim))
     where = f"their boundary is at {conflict.position} on axis {axis}"
     return f"blocks {first} and {second} both write {kind} {shared} ({where})"
 
 
-def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: int) -> tuple[int, ...]:
+def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: Axis) -> tuple[int, ...]:
     """Block sizes covering ``sum(sizes)`` elements from ``offset`` whose boundaries are multiples of
-    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``)."""
+    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``); on a
+    rectilinear axis, the chunks themselves."""
     length = sum(sizes)
+    if isinstance(chunk, tuple):
+        ends = np.cumsum(np.asarray(chunk, dtype=np.int64))
+        cuts = [int(end) - offset for end in ends if offset < end < offset + length]
+        return tuple(np.diff([0, *cuts, length]).tolist()) or (0,)
     step = chunk * max(1, max(sizes) // chunk)
     out, position, stop = [], offset, offset + length
     while position < stop:
@@ -104,15 +150,17 @@ def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str
     conflicts, pairs = _conflicts(x.chunks, offsets, unit)
     if not conflicts:
         return x
+    kind = "shard" if array.shards else "chunk"
     if align == "rechunk":
         bad_axes = {conflict.axis for conflict in conflicts}
-        return x.rechunk(
+        aligned = x.rechunk(
             tuple(
                 _aligned_sizes(sizes, offset, chunk) if axis in bad_axes else sizes
                 for axis, (sizes, offset, chunk) in enumerate(zip(x.chunks, offsets, unit))
             )
         )
-    kind = "shard" if array.shards else "chunk"
+        _warn_large_blocks(aligned, sorted(bad_axes), array.name, kind, unit)
+        return aligned
     examples = "; ".join(_describe(conflict, offsets, unit, kind) for conflict in conflicts)
     where = f" starting at {offsets}" if any(offsets) else ""
     raise ChunkAlignmentError(
@@ -120,3 +168,42 @@ def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str
         f"the same {kind} ({kind} shape {unit}), e.g. {examples}. Rechunk the dask array so that its blocks "
         f"are multiples of {unit} on the {kind} grid{where}, or pass align='rechunk'"
     )
+
+
+def _warn_large_blocks(x: da.Array, axes: list[int], name: str, kind: str, unit: tuple[int, ...]) -> None:
+    """dask's PerformanceWarning when the blocks lined up with the grid are larger than its
+    ``array.chunk-size``: no smaller block could be written safely."""
+    limit = parse_bytes(dask.config.get("array.chunk-size"))
+    largest = math.prod(max(sizes) for sizes in x.chunks) * x.dtype.itemsize
+    if largest > limit:
+        warnings.warn(
+            f"The input Dask array will be rechunked along axis {', '.join(map(str, axes))} to blocks of up to "
+            f"{largest} bytes, more than dask's array.chunk-size ({limit} bytes): a block must cover whole "
+            f"{kind}s ({kind} shape {unit}) of {name!r} to be written safely. Set \"array.chunk-size\" to at "
+            f"least {math.prod(unit) * x.dtype.itemsize} bytes, or rechunk the array yourself.",
+            PerformanceWarning,
+            stacklevel=4,
+        )
+
+
+def warn_partial_objects(array: Array, offsets: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """dask's PerformanceWarning when a region starts or ends inside a stored object: the tasks
+    writing there read the object, merge and rewrite it (safe, one task per object, but slower)."""
+    unit = array.shards or array.chunks
+    kind = "shard" if array.shards else "chunk"
+    for axis, (start, length, size, extent) in enumerate(zip(offsets, shape, unit, array.shape)):
+        stop = start + length
+        if isinstance(size, tuple):  # a rectilinear axis: the bounds must be chunk boundaries
+            bounds = {0, *itertools.accumulate(size)}
+            inside = start not in bounds or (stop not in bounds and stop != extent)
+        else:
+            inside = bool(start % size or (stop % size and stop != extent))
+        if length and inside:
+            warnings.warn(
+                f"The input Dask array writes part of a {kind} along axis {axis} of {array.name!r} (region "
+                f"{start}:{stop}, {kind} length {size}): those {kind}s are read, merged and rewritten. A region "
+                f"on the {kind} grid writes whole {kind}s.",
+                PerformanceWarning,
+                stacklevel=3,
+            )
+            return

@@ -21,7 +21,14 @@ sees a snapshot.
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 import dask.array as da
 import numpy as np
@@ -31,12 +38,14 @@ from dask.blockwise import blockwise
 from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArrayBlockwiseDep
 
-from zarrx.dask.alignment import first_bad_boundary, regular_size
-from zarrx.errors import UsageError
+from zarrx.dask.alignment import first_bad_boundary, grid_blocks, regular_size
+from zarrx.errors import GraphTooLargeError, UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.nodes.api import open_array
 from zarrx.nodes.array import Array
+from zarrx.sizes import count_text, human_bytes
+from zarrx.storage.zarr_python import zarr_python_array_location
 
 __all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "chunks_token"]
 
@@ -81,7 +90,7 @@ def read_block(handle: ArrayHandle, selection: tuple[slice, ...]) -> np.ndarray:
 
 
 # -- reading -------------------------------------------------------------------------------
-def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
+def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> da.Array:
     """The array as a lazy dask array, one task per block.
 
     Parameters
@@ -93,11 +102,16 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
         shape. Anything ``dask.array.normalize_chunks`` takes (ints, -1 or None for a whole
         axis, explicit block sizes per axis, ``"auto"``), as long as every block but the last
         along each axis is a multiple of the (inner) chunk shape.
+    name
+        The dask array's name (by default one derived from the array and ``chunks``).
 
     Raises
     ------
     UsageError
         ``chunks`` would cut through a chunk.
+    GraphTooLargeError
+        The array has so many blocks that the dask array cannot be built (its block sizes
+        alone would take more than half the machine's memory); the message suggests ``chunks=``.
 
     Examples
     --------
@@ -112,31 +126,51 @@ def array_to_dask(array: Array, chunks: Any = None) -> da.Array:
     >>> array_to_dask(arr, chunks=(4, -1)).chunks
     ((4, 2), (4,))
     """
-    chunks = _read_chunks(array, chunks)
-    handle = array.handle
-    name = f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
-    indices = tuple(range(array.ndim))
-    layer = blockwise(
-        read_block,
-        name,
-        indices,
-        handle,
-        None,
-        BlockSelections(chunks),
-        indices,
-        numblocks={},
-        _data_producer=True,
-    )
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-    return da.Array(graph, name, chunks, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+    asked = chunks
+    try:
+        chunks = _read_chunks(array, chunks)
+        handle = array.handle
+        name = name or f"zarrx-from-zarr-{tokenize(handle, chunks_token(chunks))}"
+        indices = tuple(range(array.ndim))
+        layer = blockwise(
+            read_block,
+            name,
+            indices,
+            handle,
+            None,
+            BlockSelections(chunks),
+            indices,
+            numblocks={},
+            _data_producer=True,
+        )
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+        return da.Array(graph, name, chunks, meta=np.empty((0,) * array.ndim, dtype=array.dtype))
+    except GraphTooLargeError:
+        raise
+    except MemoryError:  # a layout the estimate could not see (explicit or "auto" blocks), or little memory
+        raise GraphTooLargeError(
+            f"array {array.name!r} in {array.store!r}: a dask array of shape {array.shape} in blocks "
+            f"chunks={asked!r} (chunk shape {array.chunks}) does not fit in memory; pass larger blocks with chunks="
+        ) from None
 
 
 def from_zarr(
-    store: Any, path: str = "", chunks: Any = None, storage_options: dict[str, Any] | None = None
+    store: Any,
+    path: str = "",
+    chunks: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    component: str | None = None,
+    name: str | None = None,
+    inline_array: bool = False,
 ) -> da.Array:
     """Open the array at ``path`` as a lazy dask array (see :func:`array_to_dask` for ``chunks``).
 
-    ``store`` is anything :func:`zarrx.open_array` takes, or a :class:`zarrx.Array`.
+    ``store`` is anything :func:`zarrx.open_array` takes, a :class:`zarrx.Array`, or a
+    zarr-python ``Array`` (read through its store). ``component``, ``name`` and ``inline_array``
+    are ``dask.array.from_zarr``'s: ``component`` is another name for ``path``, ``name`` names
+    the dask array, and ``inline_array`` changes nothing, since every task holds the array's
+    small handle (never the array object).
 
     Examples
     --------
@@ -147,22 +181,93 @@ def from_zarr(
     >>> x.chunks, int(x.sum())
     (((5, 5),), 10)
     """
+    if component is not None:
+        if path:
+            raise UsageError(f"path={path!r} and component={component!r}: pass one of them (component is dask's name)")
+        path = component
+    peer = zarr_python_array_location(store)
+    if peer is not None:
+        store, path = peer
     array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
-    return array_to_dask(array, chunks)
+    return array_to_dask(array, chunks, name=name)
+
+
+#: what a dask array keeps per block along each axis (its ``chunks`` tuples, as normalize_chunks
+#: builds them): about 46 bytes measured; a graph whose tuples need more than half the machine's
+#: memory cannot be built
+BYTES_PER_BLOCK = 48
+
+
+def _memory() -> int:
+    """The memory this process may use: the machine's, or less under an address-space limit
+    (16 GiB where the system does not say)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        memory = 16 * 2**30
+    if resource is None:
+        return memory
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError):
+        return memory
+    return memory if limit in (resource.RLIM_INFINITY, -1) or limit <= 0 else min(memory, limit)
+
+
+def _regular_blocks(array: Array, chunks: Any, stored: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The block size along each axis when ``chunks`` gives one (None, ints, -1), else None."""
+    sizes = stored if chunks is None else (chunks,) * array.ndim if isinstance(chunks, int) else chunks
+    if not isinstance(sizes, (tuple, list)) or len(sizes) != array.ndim:
+        return None
+    if not all(size is None or (isinstance(size, int) and not isinstance(size, bool)) for size in sizes):
+        return None
+    return tuple(length if size in (None, -1) or size <= 0 else size for size, length in zip(sizes, array.shape))
+
+
+def _refuse_huge_graph(array: Array, chunks: Any, blocks: tuple[int, ...]) -> None:
+    """A :class:`~zarrx.errors.GraphTooLargeError` when the block sizes alone would not fit in memory."""
+    counts = tuple(math.ceil(length / size) if length else 0 for length, size in zip(array.shape, blocks))
+    needed, memory = sum(counts) * BYTES_PER_BLOCK, _memory()
+    if needed <= memory // 2:
+        return
+    inner = array.chunks
+    suggestion = tuple(
+        max(size, chunk * math.ceil(count / 10**5)) if count > 10**5 else size
+        for size, chunk, count in zip(blocks, inner, counts)
+    )
+    raise GraphTooLargeError(
+        f"array {array.name!r} in {array.store!r} has {count_text(math.prod(counts))} chunks "
+        f"({' x '.join(map(str, counts))} blocks of {blocks} with chunks={chunks!r}): a dask array keeps the size "
+        f"of every block along each axis, {human_bytes(needed)} here, more than half this machine's memory "
+        f"({human_bytes(memory)}), so its graph cannot be built. Pass larger blocks (multiples of the chunk shape "
+        f"{inner}), e.g. chunks={suggestion} -- arr.to_dask(chunks=...) or zarrx.from_zarr(..., chunks=...)"
+    )
 
 
 def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
     """Dask block sizes for reading ``array``: ``chunks`` normalized and checked against the chunk grid."""
     stored = array.shards or array.chunks
+    if isinstance(stored[0] if stored else None, tuple):  # a rectilinear grid: its chunks are the blocks
+        stored = grid_blocks(stored, array.shape)
+    else:
+        regular = _regular_blocks(array, chunks, stored)
+        if regular is not None:
+            _refuse_huge_graph(array, chunks, regular)
     try:
         blocks = normalize_chunks(
-            stored if chunks is None else chunks, array.shape, dtype=array.dtype, previous_chunks=stored
-        )
+            stored if chunks is None else chunks, array.shape, dtype=array.dtype,
+            previous_chunks=None if isinstance(stored[0] if stored else None, tuple) else stored,
+        )  # fmt: skip
     except (TypeError, ValueError) as error:
         raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
     inner = array.chunks
     for axis, (sizes, chunk) in enumerate(zip(blocks, inner)):
         boundary = first_bad_boundary(sizes, 0, chunk)
+        if boundary is not None and isinstance(chunk, tuple):
+            raise UsageError(
+                f"chunks: dask blocks of array {array.name!r} must end on its rectilinear grid's chunk boundaries, "
+                f"found a block boundary at {boundary} along axis {axis} with chunks={chunks!r}; use chunks=None"
+            )
         if boundary is not None:
             multiple = tuple(max(c, (b[0] // c) * c) for b, c in zip(blocks, inner))
             raise UsageError(

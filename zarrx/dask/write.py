@@ -5,7 +5,12 @@ in its own task, without locks. That is only safe when no two blocks touch one s
 (chunk, or shard), so the block boundaries are checked against the chunk grid first
 (:mod:`zarrx.dask.alignment`): a write that would make two tasks rewrite one chunk raises
 :class:`~zarrx.errors.ChunkAlignmentError` naming the blocks and the chunk, or, with
-``align="rechunk"``, the dask array is rechunked onto the grid first.
+``align_chunks=True`` (dask's ``to_zarr`` always does this), the dask array is rechunked onto
+the grid first. zarrx never writes a racing layout: ``safe_chunks=False`` rechunks too.
+
+What it returns is what ``dask.array.store`` returns: with ``compute=False`` a lazy dask array
+whose blocks are the writes (compute it, or several together with ``dask.compute``, and shared
+upstream work runs once), with ``return_stored=True`` an array of the stored values.
 
 Write tasks hold the array's :class:`~zarrx.io.handle.ArrayHandle` marked for writing: a
 :class:`~zarrx.storage.MemoryStore` works with dask's threaded scheduler, but such a task
@@ -16,41 +21,55 @@ from __future__ import annotations
 
 import math
 import uuid
+import warnings
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
-from dask.delayed import Delayed
+from dask.blockwise import blockwise
+from dask.highlevelgraph import HighLevelGraph
 
-from zarrx.dask.alignment import align_blocks
+from zarrx.dask.alignment import align_blocks, regular_size, warn_partial_objects
 from zarrx.dask.read import BlockSelections
-from zarrx.errors import ReadOnlyError, UsageError
+from zarrx.errors import NodeNotFoundError, ReadOnlyError, UsageError
+from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.write import write_selection
 from zarrx.nodes.api import create_array, open_array
 from zarrx.nodes.array import Array
+from zarrx.storage.zarr_python import zarr_python_array_location
 
-__all__ = ["to_zarr", "write_block", "ALIGN_CHOICES"]
+__all__ = ["to_zarr", "write_block", "ALIGN_CHOICES", "IRREGULAR_BLOCKS_WARNING"]
 
 ALIGN_CHOICES = ("error", "rechunk")
+#: dask's words when it rechunks irregular blocks before a write (users filter on them)
+IRREGULAR_BLOCKS_WARNING = (
+    "The array uses irregular chunk sizes. Rechunking to regular (uniform) chunks to ensure the data can be "
+    "written safely."
+)
 
 
 def write_block(
-    block: np.ndarray, handle: ArrayHandle, selection: tuple[slice, ...], offset: tuple[int, ...]
-) -> np.ndarray:
-    """A dask task: write ``block`` (at ``selection`` in the dask array) at ``offset`` + selection."""
+    block: np.ndarray,
+    handle: ArrayHandle,
+    selection: tuple[slice, ...],
+    offset: tuple[int, ...],
+    return_stored: bool = False,
+) -> np.ndarray | None:
+    """A dask task: write ``block`` (at ``selection`` in the dask array) at ``offset`` + selection.
+
+    Returns what the store then holds there when ``return_stored``, else None (``dask.array.store``'s
+    ``load_store_chunk`` does the same)."""
     target = tuple(slice(s.start + o, s.stop + o) for s, o in zip(selection, offset))
     write_selection(handle, target or Ellipsis, block)
-    return np.ones((1,) * block.ndim, dtype=bool)
+    return read_selection(handle, target or Ellipsis) if return_stored else None
 
 
-
-
-def _finish(written: Any) -> None:
-    return None
-
-
+def read_written_block(handle: ArrayHandle, selection: tuple[slice, ...], offset: tuple[int, ...]) -> np.ndarray:
+    """A dask task: the values stored at ``offset`` + ``selection`` (``return_stored`` after a write)."""
+    target = tuple(slice(s.start + o, s.stop + o) for s, o in zip(selection, offset))
+    return read_selection(handle, target or Ellipsis)
 
 
 def to_zarr(
@@ -60,42 +79,57 @@ def to_zarr(
     *,
     region: tuple[slice, ...] | None = None,
     compute: bool = True,
+    return_stored: bool = False,
     overwrite: bool = False,
-    align: str = "error",
+    safe_chunks: bool = True,
+    align_chunks: bool = False,
+    align: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    component: str | None = None,
+    mode: str | None = None,
     **create_kwargs: Any,
-) -> Array | Delayed:
+) -> Array | da.Array:
     """Write a dask array to a new Zarr array, or into a region of an existing one.
 
     Without ``region`` the array is created at once (like :func:`zarrx.create_array`, with
     ``shape`` and ``dtype`` from ``x``; ``create_kwargs`` such as ``chunks``, ``shards``,
-    ``compressors``, ``fill_value``, ``dimension_names`` go to it). Its chunk shape is the
-    shape of ``x``'s first block unless ``chunks`` is given; with ``shards`` give ``chunks``
-    (the inner chunks) too, and the blocks must line up with the shards. With ``region`` (a
-    tuple of slices of the existing array's shape, one per axis; missing trailing axes are
-    whole) ``x`` is written there; ``store`` may also be a :class:`zarrx.Array` to write into
-    (all of it, unless ``region`` says where).
+    ``compressors``, ``fill_value``, ``dimension_names``, ``zarr_format`` go to it). Its chunk
+    shape is the shape of ``x``'s first block unless ``chunks`` is given (with ``shards``, the
+    first block when it divides the shard shape, else the largest chunk that divides both);
+    ``chunks="dask"`` makes the chunks ``x``'s own blocks -- a rectilinear chunk grid when they
+    are irregular (after a filter, a concatenation, a groupby), so nothing is rechunked and every
+    block is one chunk. With ``region`` (a tuple of slices of the existing array's shape, one per
+    axis; missing trailing axes are whole) ``x`` is written there; ``store`` may also be a
+    :class:`zarrx.Array`, or a zarr-python ``Array``, to write into (all of it, unless
+    ``region`` says where).
 
     Every block is written by its own task, without locks, so no two blocks may touch one
     stored chunk (shard, for a sharded array): block boundaries, shifted by the region start,
-    must fall on the chunk grid.
+    must fall on the chunk grid, or ``x`` is rechunked onto it when asked.
 
     Parameters
     ----------
     x
         A dask array (anything else goes through ``dask.array.asarray``).
     store, path, storage_options
-        As for :func:`zarrx.open_array`; or ``store`` is a writable :class:`zarrx.Array`.
+        As for :func:`zarrx.open_array`; or ``store`` is a writable :class:`zarrx.Array` (or a
+        zarr-python ``Array``). ``component`` is dask's name for ``path``.
     region
         Where to write ``x`` into the existing array at ``path``.
     compute
-        Write now (and return the array); False returns a ``dask.delayed.Delayed`` that writes
-        when computed (the array's metadata is written at once either way).
-    overwrite
-        Replace what is at ``path`` (without ``region``).
-    align
-        ``"error"``: refuse blocks that share a chunk with :class:`ChunkAlignmentError`;
-        ``"rechunk"``: rechunk ``x`` onto the chunk grid (offset by the region start) first.
+        Write now (and return the array); False returns a lazy dask array whose computation
+        writes (the array's metadata is written at once either way), as ``dask.array.store``.
+    return_stored
+        Return a dask array of the stored values instead (after writing them when ``compute``).
+    overwrite, mode
+        Replace what is at ``path`` (without ``region``); dask's ``mode="w"`` is ``overwrite=True``,
+        ``mode="r"`` is refused.
+    safe_chunks, align_chunks
+        xarray's names: ``align_chunks=True`` rechunks ``x`` onto the chunk (shard) grid, offset by
+        the region start, when its blocks would share a stored object; with ``safe_chunks=True``
+        and ``align_chunks=False`` (the default) such a write raises
+        :class:`~zarrx.errors.ChunkAlignmentError`; ``safe_chunks=False`` rechunks as well (zarrx
+        never writes a racing layout). ``align="error"``/``"rechunk"`` is the older spelling.
 
     Raises
     ------
@@ -111,36 +145,91 @@ def to_zarr(
     ((1, 4), 11)
     >>> arr = zarrx.create_array({}, shape=(10,), chunks=(5,), dtype="int64", fill_value=0)
     >>> _ = zarrx.to_zarr(da.ones(4, chunks=2, dtype="int64"), arr.store, region=(slice(3, 7),),
-    ...                   align="rechunk")
+    ...                   align_chunks=True)
     >>> arr[:]
     array([0, 0, 0, 1, 1, 1, 1, 0, 0, 0])
+    >>> lazy = zarrx.to_zarr(da.ones(4, chunks=2), {}, compute=False)
+    >>> lazy.chunks, lazy.compute().size   # writes when computed, as dask.array.store(compute=False)
+    (((2, 2),), 0)
     """
-    if align not in ALIGN_CHOICES:
-        raise UsageError(f"align: expected one of {ALIGN_CHOICES}, found {align!r}")
+    strategy = _alignment(align, safe_chunks, align_chunks)
+    path = _path(path, component)
+    overwrite = _overwrite(mode, overwrite)
     if not isinstance(x, da.Array):
         x = da.asarray(x)
     if any(math.isnan(size) for sizes in x.chunks for size in sizes):
         raise UsageError(
-            "to_zarr needs known block sizes, found unknown (NaN) ones; call x.compute_chunk_sizes() first"
+            "Saving a dask array with unknown chunk sizes is not currently supported by Zarr: to_zarr needs known "
+            "block sizes, found unknown (NaN) ones; call x.compute_chunk_sizes() first"
         )
+    peer = zarr_python_array_location(store)
+    if peer is not None:
+        store = open_array(peer[0], peer[1], mode="r+")
     if region is None and not isinstance(store, Array):
-        array, offsets = _create_target(x, store, path, overwrite, storage_options, create_kwargs), (0,) * x.ndim
+        x, array = _create_target(x, store, path, overwrite, storage_options, create_kwargs, strategy)
+        offsets = (0,) * x.ndim
     else:
         if create_kwargs or overwrite:
             given = ", ".join(sorted([*create_kwargs, *(["overwrite"] if overwrite else [])]))
             raise UsageError(f"{given}: only for creating an array; region= writes into the existing one")
-        array = store if isinstance(store, Array) else open_array(store, path, mode="r+", storage_options=storage_options)
+        array = store if isinstance(store, Array) else _existing_array(store, path, storage_options, region)
         if array.read_only:
             raise ReadOnlyError(f"array {array.name!r} was opened read-only; open it with mode='r+' to write to it")
         offsets = _parse_region(() if region is None else region, array, x.shape)
-    x = align_blocks(x, array, offsets, align)
+        warn_partial_objects(array, offsets, x.shape)
+    x = align_blocks(x, array, offsets, strategy)
+    written = _write_graph(x, array, offsets, return_stored=return_stored and not compute)
+    if not compute:
+        return written
+    dask.compute(written)
+    return _read_graph(x, array, offsets) if return_stored else array
 
+
+def _existing_array(store: Any, path: str, storage_options: dict[str, Any] | None, region: Any) -> Array:
+    try:
+        return open_array(store, path, mode="r+", storage_options=storage_options)
+    except NodeNotFoundError as error:
+        raise UsageError(
+            f"Cannot use `region` keyword when there is no array to write into: region={region!r} writes into "
+            f"an existing array, and {error}; create the array first, or write without region"
+        ) from None
+
+
+def _alignment(align: str | None, safe_chunks: bool, align_chunks: bool) -> str:
+    """``"error"`` or ``"rechunk"``: what to do with blocks that would share a stored object."""
+    if align is not None:
+        if align not in ALIGN_CHOICES:
+            raise UsageError(f"align: expected one of {ALIGN_CHOICES}, found {align!r}")
+        return align
+    return "rechunk" if align_chunks or not safe_chunks else "error"
+
+
+def _path(path: str, component: str | None) -> str:
+    if component is None:
+        return path
+    if path:
+        raise UsageError(f"path={path!r} and component={component!r}: pass one of them (component is dask's name)")
+    return component
+
+
+def _overwrite(mode: str | None, overwrite: bool) -> bool:
+    if mode is None or mode in ("a", "w-", "r+"):
+        return overwrite
+    if mode == "w":
+        return True
+    if mode == "r":
+        raise UsageError("Cannot use mode 'r' (read-only) when writing to zarr: pass mode 'a', 'w', 'w-' or 'r+'")
+    raise UsageError(f"mode: expected one of 'a', 'w', 'w-', 'r+', found {mode!r}")
+
+
+def _write_graph(x: da.Array, array: Array, offsets: tuple[int, ...], return_stored: bool) -> da.Array:
+    """One write task per block of ``x``, as a dask array with ``x``'s blocks."""
     handle = array.handle.evolve(for_writing=True)
     # Writes are side effects: a name of their own each time, so dask never takes a repeated
     # write for one it has already done (as it would a pure computation with the same key).
     name = f"zarrx-to-zarr-{uuid.uuid4().hex}"
     indices = tuple(range(x.ndim))
-    written = da.blockwise(
+    return da.blockwise(
         write_block,
         indices,
         x,
@@ -151,19 +240,35 @@ def to_zarr(
         indices,
         offsets,
         None,
+        return_stored,
+        None,
         name=name,
-        dtype=bool,
-        adjust_chunks={axis: 1 for axis in indices},
-        meta=np.empty((0,) * x.ndim, dtype=bool),
+        dtype=x.dtype,
+        meta=x._meta,
         align_arrays=False,
         concatenate=True,
     )
-    # A tree reduction gathers the writes, so the final task does not wait on every block directly.
-    delayed = dask.delayed(_finish, pure=False)(written.all(), dask_key_name=f"{name}-done")
-    if not compute:
-        return delayed
-    delayed.compute()
-    return array
+
+
+def _read_graph(x: da.Array, array: Array, offsets: tuple[int, ...]) -> da.Array:
+    """The written values, read back with ``x``'s blocks (``return_stored`` after computing)."""
+    name = f"zarrx-stored-{uuid.uuid4().hex}"
+    indices = tuple(range(x.ndim))
+    layer = blockwise(
+        read_written_block,
+        name,
+        indices,
+        array.handle,
+        None,
+        BlockSelections(x.chunks),
+        indices,
+        offsets,
+        None,
+        numblocks={},
+        _data_producer=True,
+    )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+    return da.Array(graph, name, x.chunks, meta=np.empty((0,) * x.ndim, dtype=array.dtype))
 
 
 def _create_target(
@@ -173,19 +278,65 @@ def _create_target(
     overwrite: bool,
     storage_options: dict[str, Any] | None,
     create_kwargs: dict[str, Any],
-) -> Array:
+    strategy: str,
+) -> tuple[da.Array, Array]:
+    """The new array (and ``x``, made regular when zarrx chose the chunk grid from irregular blocks)."""
     if "shape" in create_kwargs:
         raise UsageError(f"shape: to_zarr takes the shape from the dask array ({x.shape}); do not pass shape=")
-    if create_kwargs.get("shards") is not None and create_kwargs.get("chunks") is None:
-        raise UsageError(
-            f"shards={create_kwargs['shards']!r} needs chunks= too (the inner chunk shape, dividing the shard "
-            "shape); the dask blocks then have to line up with the shards"
-        )
     kwargs = {"dtype": x.dtype, **create_kwargs}
+    if isinstance(kwargs.get("chunks"), str) and kwargs["chunks"] == "dask":
+        kwargs["chunks"] = dask_chunk_grid(x.chunks)
     if kwargs.get("chunks") is None:
-        # the first block along each axis; a 0-length axis still needs a chunk length of at least 1
-        kwargs["chunks"] = tuple(max(1, int(sizes[0])) for sizes in x.chunks)
-    return create_array(store, path, shape=x.shape, overwrite=overwrite, storage_options=storage_options, **kwargs)
+        x = _regular_blocks(x, strategy)
+        kwargs["chunks"] = _chunks_from_blocks(x, kwargs.get("shards"))
+    array = create_array(store, path, shape=x.shape, overwrite=overwrite, storage_options=storage_options, **kwargs)
+    return x, array
+
+
+def _regular_blocks(x: da.Array, strategy: str) -> da.Array:
+    """``x`` whose blocks are all one size along each axis (but a smaller last one), when asked to align.
+
+    zarrx chooses the chunk grid from the blocks; irregular blocks fit no regular grid, so they
+    are rechunked to the largest block size, with dask's warning -- or left for the alignment
+    check to refuse (``align_chunks=False``)."""
+    if strategy != "rechunk" or all(regular_size(sizes) is not None for sizes in x.chunks):
+        return x
+    warnings.warn(
+        f"{IRREGULAR_BLOCKS_WARNING} zarrx rechunks the blocks {x.chunks} to {tuple(map(max, x.chunks))} before "
+        "writing; rechunk the array yourself (all blocks one size but a smaller last one) to choose otherwise.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return x.rechunk(tuple(map(max, x.chunks)))
+
+
+def _chunks_from_blocks(x: da.Array, shards: Any) -> tuple[int, ...]:
+    """The chunk shape for a new array: the first block along each axis (at least 1), or, for a
+    sharded array, the largest divisor of the shard shape that also divides that block."""
+    first = tuple(max(1, int(sizes[0])) for sizes in x.chunks)
+    if shards is None or isinstance(shards, str):
+        return first
+    shard_shape = (shards,) * x.ndim if isinstance(shards, int) else tuple(shards)
+    if len(shard_shape) != x.ndim:
+        return first  # create_array names the mismatch
+    return tuple(block if shard % block == 0 else math.gcd(block, shard) for block, shard in zip(first, shard_shape))
+
+
+def dask_chunk_grid(blocks: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
+    """The chunks that are a dask array's blocks: a chunk length per axis whose blocks are regular
+    (all alike but a smaller last one), the blocks' sizes (a rectilinear grid's edges) otherwise.
+
+    Examples
+    --------
+    >>> dask_chunk_grid(((4, 4, 2), (3, 1, 5)))
+    (4, (3, 1, 5))
+    """
+    grid: list[Any] = []
+    for sizes in blocks:
+        sizes = tuple(int(size) for size in sizes if size > 0) or (1,)  # empty axes still need an edge
+        size = regular_size(sizes)
+        grid.append(size if size is not None else sizes)
+    return tuple(grid)
 
 
 def _parse_region(region: Any, array: Array, shape: tuple[int, ...]) -> tuple[int, ...]:

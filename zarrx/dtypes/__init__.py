@@ -30,7 +30,7 @@ from zarrx.dtypes.registry import (
 )
 
 # The modules register their classes on import.
-from zarrx.dtypes import numeric, strings, struct, temporal  # noqa: E402, F401  isort: skip
+from zarrx.dtypes import ml, numeric, optional, strings, struct, temporal  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "DataType",

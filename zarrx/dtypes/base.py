@@ -8,7 +8,11 @@ memory. It knows:
   stands for (:meth:`from_numpy`);
 * how its scalars are written as a ``fill_value`` (:meth:`fill_value_from_json`,
   :meth:`fill_value_to_json`), and how a user's Python value becomes one
-  (:meth:`cast_scalar`).
+  (:meth:`cast_scalar`);
+* how its elements are laid out by the ``bytes`` codec (:meth:`to_stored`,
+  :meth:`from_stored`: by default the NumPy dtype's bytes in the stored byte order), and by the
+  ``packbits`` codec (:attr:`packbits_bits` bits per component, :attr:`packbits_components`
+  components, sign-extended when :attr:`packbits_signed`).
 
 In memory, arrays are always native byte order; the ``bytes`` codec handles
 the stored endianness. Fixed-size types have ``item_size`` bytes per element;
@@ -36,6 +40,14 @@ class DataType(ABC):
     name: ClassVar[str]
     #: other names read (never written), e.g. "variable_length_bytes", "structured"
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: bits of each component in the ``packbits`` codec (its ``N``); None: packbits cannot encode it
+    packbits_bits: ClassVar[int | None] = None
+    #: components per element (2 for complex numbers): packbits applies its bit range to each
+    packbits_components: ClassVar[int] = 1
+    #: packbits sign-extends decoded components (signed integers); others are zero-extended
+    packbits_signed: ClassVar[bool] = False
+    #: the one array -> bytes codec that can store the type (zarrs' ``optional``), None: any that fits
+    stored_by: ClassVar[str | None] = None
 
     @property
     @abstractmethod
@@ -85,6 +97,23 @@ class DataType(ABC):
     def cast_scalar(self, value: Any) -> Any:
         """Turn a user's value (Python or NumPy scalar) into a scalar of this type."""
         return np.asarray(value).astype(self.numpy_dtype, casting="unsafe")[()]
+
+    # -- the bytes codec's layout ----------------------------------------------------------
+    def stored_is_memory(self, byte_order: str) -> bool:
+        """Whether the ``bytes`` encoding in ``byte_order`` (``"<"`` or ``">"``) is the in-memory
+        bytes as they are (then codecs may decode straight into an output buffer)."""
+        return self.numpy_dtype.newbyteorder(byte_order) == self.numpy_dtype
+
+    def to_stored(self, array: np.ndarray, byte_order: str) -> np.ndarray:
+        """A C-contiguous array whose bytes are the ``bytes`` codec's encoding of ``array``."""
+        return np.ascontiguousarray(array, dtype=self.numpy_dtype.newbyteorder(byte_order))
+
+    def from_stored(self, raw: np.ndarray, shape: tuple[int, ...], byte_order: str) -> np.ndarray:
+        """The elements encoded in ``raw`` (flat uint8 of exactly ``item_size`` bytes per element),
+        as an array of ``shape`` and :attr:`numpy_dtype` (possibly a read-only view of ``raw``)."""
+        stored = self.numpy_dtype.newbyteorder(byte_order)
+        array = raw.view(stored).reshape(shape)
+        return array if stored == self.numpy_dtype else array.astype(self.numpy_dtype)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DataType) and self.to_json() == other.to_json()

@@ -33,7 +33,7 @@ from zarrx.errors import MetadataError
 __all__ = [
     "Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
     "Float16", "Float32", "Float64", "Complex64", "Complex128", "RawBits",
-    "NamedType", "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
+    "NamedType", "Scalar", "parse_no_configuration", "parse_byte_list", "float_from_json", "float_to_json",
 ]  # fmt: skip
 
 
@@ -76,7 +76,7 @@ class NamedType(DataType):
         return self.name
 
 
-class _Scalar(NamedType):
+class Scalar(NamedType):
     """A core numeric type: a NumPy scalar type, named by its spec name."""
 
     numpy_type: ClassVar[type[np.generic]]
@@ -106,9 +106,10 @@ class _Scalar(NamedType):
 
 
 @register_data_type
-class Bool(_Scalar):
+class Bool(Scalar):
     name = "bool"
     numpy_type = np.bool_
+    packbits_bits = 1
 
     def fill_value_from_json(self, value: JSON) -> Any:
         if not isinstance(value, (bool, np.bool_)):
@@ -125,7 +126,7 @@ class Bool(_Scalar):
         return np.bool_(value)
 
 
-class _Integer(_Scalar):
+class _Integer(Scalar):
     def fill_value_from_json(self, value: JSON) -> Any:
         if not is_json_integer(value):
             raise MetadataError(
@@ -157,48 +158,60 @@ class _Integer(_Scalar):
 class Int8(_Integer):
     name = "int8"
     numpy_type = np.int8
+    packbits_bits = 8
+    packbits_signed = True
 
 
 @register_data_type
 class Int16(_Integer):
     name = "int16"
     numpy_type = np.int16
+    packbits_bits = 16
+    packbits_signed = True
 
 
 @register_data_type
 class Int32(_Integer):
     name = "int32"
     numpy_type = np.int32
+    packbits_bits = 32
+    packbits_signed = True
 
 
 @register_data_type
 class Int64(_Integer):
     name = "int64"
     numpy_type = np.int64
+    packbits_bits = 64
+    packbits_signed = True
 
 
 @register_data_type
 class UInt8(_Integer):
     name = "uint8"
     numpy_type = np.uint8
+    packbits_bits = 8
 
 
 @register_data_type
 class UInt16(_Integer):
     name = "uint16"
     numpy_type = np.uint16
+    packbits_bits = 16
 
 
 @register_data_type
 class UInt32(_Integer):
     name = "uint32"
     numpy_type = np.uint32
+    packbits_bits = 32
 
 
 @register_data_type
 class UInt64(_Integer):
     name = "uint64"
     numpy_type = np.uint64
+    packbits_bits = 64
 
 
 def _bits_type(float_dtype: np.dtype) -> np.dtype:
@@ -263,7 +276,7 @@ def float_to_json(value: Any, float_dtype: np.dtype) -> JSON:
     return float(scalar)
 
 
-class _Float(_Scalar):
+class _Float(Scalar):
     def fill_value_from_json(self, value: JSON) -> Any:
         return float_from_json(value, self.numpy_dtype)
 
@@ -288,21 +301,24 @@ class _Float(_Scalar):
 class Float16(_Float):
     name = "float16"
     numpy_type = np.float16
+    packbits_bits = 16
 
 
 @register_data_type
 class Float32(_Float):
     name = "float32"
     numpy_type = np.float32
+    packbits_bits = 32
 
 
 @register_data_type
 class Float64(_Float):
     name = "float64"
     numpy_type = np.float64
+    packbits_bits = 64
 
 
-class _Complex(_Scalar):
+class _Complex(Scalar):
     component_type: ClassVar[type[np.generic]]
 
     def fill_value_from_json(self, value: JSON) -> Any:
@@ -331,6 +347,8 @@ class Complex64(_Complex):
     name = "complex64"
     numpy_type = np.complex64
     component_type = np.float32
+    packbits_bits = 32
+    packbits_components = 2
 
 
 @register_data_type
@@ -338,6 +356,8 @@ class Complex128(_Complex):
     name = "complex128"
     numpy_type = np.complex128
     component_type = np.float64
+    packbits_bits = 64
+    packbits_components = 2
 
 
 @register_data_type
@@ -374,7 +394,9 @@ class RawBits(DataType):
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype) -> DataType | None:
-        if dtype.kind != "V" or dtype.fields is not None or dtype.subdtype is not None:
+        # the NumPy void type only: extension dtypes (ml_dtypes' bfloat16, int4...) are kind "V" too,
+        # and must not be stored as raw bytes
+        if dtype.type is not np.void or dtype.fields is not None or dtype.subdtype is not None:
             return None
         if dtype.itemsize == 0:
             raise MetadataError(

@@ -142,4 +142,11 @@ def data_type_from_numpy(numpy_dtype: np.dtype) -> DataType:
         data_type = cls.from_numpy(numpy_dtype)
         if data_type is not None:
             return data_type
+    scalar_type = numpy_dtype.type
+    if scalar_type.__module__.split(".")[0] != "numpy":  # an extension dtype: never stored as raw bytes
+        raise MetadataError(
+            f"dtype: the NumPy dtype {numpy_dtype} ({scalar_type.__module__}.{scalar_type.__name__}) has no "
+            "Zarr data type in zarrx, which refuses to store it as raw bytes; the registered data types "
+            f"are {sorted(_DATA_TYPES)}"
+        )
     raise MetadataError(f"dtype: the NumPy dtype {numpy_dtype!r} has no Zarr v3 data type in zarrx")

@@ -136,6 +136,7 @@ def v2_data_type(stored: np.dtype, object_codec_id: str | None) -> DataType:
         name = OBJECT_CODEC_TYPES[object_codec_id]
         return VLenArrayType() if name is None else parse_data_type(name)
     native = _native(stored)
+    _require_v2_form(native)
     try:
         data_type = data_type_from_numpy(native)
     except MetadataError:
@@ -152,7 +153,23 @@ def v2_dtype_for(data_type: DataType, byte_order: str = "<") -> tuple[np.dtype, 
         if codec is None:
             raise MetadataError(f"dtype: {data_type.to_json()!r} has no Zarr v2 form")
         return np.dtype(object), codec
+    if data_type.item_size != data_type.numpy_dtype.itemsize:  # complex_float8_e4m3 is complex64 in memory
+        raise MetadataError(
+            f"dtype: {data_type.to_json()!r} has no Zarr v2 form (its {data_type.numpy_dtype} in memory would "
+            "be stored instead); create the array with zarr_format=3"
+        )
+    _require_v2_form(data_type.numpy_dtype)
     return data_type.numpy_dtype.newbyteorder(byte_order), None
+
+
+def _require_v2_form(dtype: np.dtype) -> None:
+    """Refuse a NumPy dtype whose v2 type string does not name it: an extension dtype such as
+    ml_dtypes' bfloat16 is ``'<V2'`` there, raw bytes that no reader would take for bfloat16."""
+    if dtype.kind != "O" and np.dtype(v2_dtype_to_json(dtype) if dtype.names is None else dtype) != dtype:
+        raise MetadataError(
+            f"dtype: the NumPy dtype {dtype} has no Zarr v2 form (Zarr v2 would store it as the raw bytes "
+            f"{dtype.str!r}); create the array with zarr_format=3"
+        )
 
 
 class NumpyV2Type(DataType):

@@ -58,8 +58,11 @@ class ChunkDecoder:
     error then names the inner chunk too.
     """
 
-    def __init__(self, pipeline: CodecPipeline, spec: ChunkSpec, out: np.ndarray, fill_value: Any, *, inner: bool) -> None:
+    def __init__(self, pipeline: CodecPipeline, spec: ChunkSpec, out: np.ndarray, fill_value: Any, *, inner: bool,
+                 spec_of: Callable[[tuple[int, ...]], ChunkSpec] | None = None) -> None:
         self.pipeline, self.spec, self.out = pipeline, spec, out
+        #: the spec of each chunk where chunks differ in shape (a rectilinear grid), by coordinates
+        self.spec_of = spec_of
         self.fill_value = fill_value
         self.inner = inner
         self.threaded = worth_threads(spec)
@@ -73,7 +76,8 @@ class ChunkDecoder:
 
     def place(self, projection: ChunkProjection, key: str, raw: Any) -> None:
         """Decode ``raw`` (None: absent, the fill value) into ``out`` at ``projection``."""
-        out, spec = self.out, self.spec
+        out = self.out
+        spec = self.spec if self.spec_of is None else self.spec_of(projection.chunk_coords)
         if raw is None:
             out[projection.out_selection] = self.fill_value
             return
@@ -100,17 +104,19 @@ class ChunkDecoder:
         self.place(projection, key, raw)
 
 
-def decode_stored(handle: ArrayHandle, key: str, raw: Any) -> None:
-    """Decode a stored object only to check it; raises ChunkDecodeError naming what is wrong.
+def decode_stored(handle: ArrayHandle, key: str, raw: Any, coords: tuple[int, ...] | None = None) -> None:
+    """Decode a stored object (at grid ``coords``, needed on a rectilinear grid) only to check it;
+    raises ChunkDecodeError naming what is wrong.
 
     A shard read in parts is checked the way reads take it: its index (every entry inside the
     shard), then each inner chunk, one at a time, so memory stays one inner chunk.
     """
     codec = handle.sharding
+    spec = handle.spec if coords is None else handle.object_spec(coords)
     if codec is None:
-        handle.pipeline.decode(raw, handle.spec, key=key)
+        handle.pipeline.decode(raw, spec, key=key)
         return
-    index = codec.read_index(raw, handle.spec, key, whole=True)
+    index = codec.read_index(raw, spec, key, whole=True)
     view = memoryview(raw)
     for inner, start, end in index.stored():
         codec.codecs.decode(view[start:end], handle.inner_spec, key=f"{key} inner chunk {inner}")

@@ -249,7 +249,8 @@ def _chunk_request(plan: ObjectPlan) -> Request:
 
 
 def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], out: np.ndarray, fetcher: Fetcher) -> None:
-    decoder = ChunkDecoder(handle.pipeline, handle.spec, out, handle.fill_value, inner=False)
+    decoder = ChunkDecoder(handle.pipeline, handle.spec, out, handle.fill_value, inner=False,
+                           spec_of=None if handle.regular else handle.object_spec)  # fmt: skip
     objects = plan_objects(handle, projections)
     if handle.store.reads_are_local and decoder.threaded:
         # small chunks decode on the calling thread (see MIN_THREADED_CHUNK_BYTES): their reads
@@ -293,11 +294,15 @@ def _read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
 
 
 def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fetcher) -> list[_Job]:
-    codec, spec = handle.sharding, handle.spec
-    index_range = codec.index_range(spec)
+    codec = handle.sharding
+    spec_of, index_ranges = handle.object_spec, {}
+    for plan in batch:  # one index size per shard shape (one shape on a regular grid)
+        spec = spec_of(plan.coords)
+        if spec.shape not in index_ranges:
+            index_ranges[spec.shape] = codec.index_range(spec)
     first = fetcher.ranges([
         (plan.key, OffsetByteRequest(0), SHARD, tuple(p.chunk_coords for _, p in plan.pieces)) if plan.whole
-        else (plan.key, index_range, SHARD_INDEX, ())
+        else (plan.key, index_ranges[spec_of(plan.coords).shape], SHARD_INDEX, ())
         for plan in batch
     ])  # fmt: skip
     jobs: list[_Job] = []
@@ -308,7 +313,7 @@ def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fet
         elif plan.whole:
             jobs.extend(_whole_shard_jobs(handle, plan, raw))
         else:
-            reads, fills = inner_reads(plan, codec.read_index(raw, spec, plan.key, whole=False))
+            reads, fills = inner_reads(plan, codec.read_index(raw, spec_of(plan.coords), plan.key, whole=False))
             jobs.extend((None, projection, plan.key) for projection in fills)
             if reads:
                 partial.append((plan, raw, reads))
@@ -317,7 +322,7 @@ def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fet
     # the inner chunks, and each shard's index again (see the module docstring)
     requests: list[Request] = []
     for plan, _, reads in partial:
-        requests.append((plan.key, index_range, SHARD_INDEX, ()))
+        requests.append((plan.key, index_ranges[spec_of(plan.coords).shape], SHARD_INDEX, ()))
         requests.extend((read.key, read.byte_range, INNER_CHUNKS, tuple(p.chunk_coords for _, _, p in read.members)) for read in reads)
     second = iter(fetcher.ranges(requests))
     changed: list[ObjectPlan] = []
@@ -345,5 +350,5 @@ def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fet
 
 def _whole_shard_jobs(handle: ArrayHandle, plan: ObjectPlan, raw: Any) -> list[_Job]:
     """The wanted inner chunks of the complete shard ``raw``."""
-    index = handle.sharding.read_index(raw, handle.spec, plan.key, whole=True)
+    index = handle.sharding.read_index(raw, handle.object_spec(plan.coords), plan.key, whole=True)
     return [(index.cut(raw, inner), projection, plan.key) for inner, projection in plan.pieces]

@@ -4,10 +4,17 @@ A handle is the store, the node path and the parsed metadata -- and what follows
 codec pipeline, the grid selections are projected onto (inner chunks of a sharded array), the key
 of every stored object. It is small, immutable and picklable (a kilobyte, never data), so
 :class:`zarrx.Array`, the planner and executor, and every dask task use the same value.
+
+On a rectilinear grid stored objects differ in shape: :meth:`ArrayHandle.object_spec` is the
+decoded representation of one (one :class:`ChunkSpec` per distinct shape, so codec plans are
+reused), and a sharded array's inner chunks -- which divide every shard edge, so they tile the
+array regularly -- find their shard with :meth:`ArrayHandle.locate`.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -112,16 +119,69 @@ class ArrayHandle:
         return max_encoded_size(self.pipeline, self.spec)
 
     @cached_property
-    def io_chunk_shape(self) -> tuple[int, ...]:
-        """The grid selections are projected onto: inner chunks for sharded arrays, else chunks."""
-        return self.sharding.chunk_shape if self.sharding is not None else self.metadata.chunks
+    def regular(self) -> bool:
+        """Whether every stored object has one shape (a regular grid)."""
+        return self.metadata.chunk_grid.is_regular
+
+    @cached_property
+    def io_chunk_shape(self) -> tuple[Any, ...]:
+        """The grid selections are projected onto: inner chunks for sharded arrays, else chunks --
+        per dimension a chunk length, or a rectilinear dimension's chunk offsets (see
+        :mod:`zarrx.io.selection`)."""
+        if self.sharding is not None:
+            return self.sharding.chunk_shape
+        if self.regular:
+            return self.metadata.chunks
+        return self._grid_dimensions
+
+    @cached_property
+    def _grid_dimensions(self) -> tuple[Any, ...]:
+        return self.metadata.chunk_grid.dimensions(self.metadata.shape)
 
     @cached_property
     def chunks_per_object(self) -> tuple[int, ...]:
-        """Inner chunks per stored object along each axis (all ones without sharding)."""
+        """Inner chunks per stored object along each axis (all ones without sharding; the largest
+        object's on a rectilinear grid)."""
         if self.sharding is None:
             return (1,) * len(self.metadata.shape)
         return self.sharding.chunks_per_shard(self.spec)
+
+    def object_shape(self, coords: tuple[int, ...]) -> tuple[int, ...]:
+        """The stored (declared) shape of the object at ``coords``."""
+        return self.spec.shape if self.regular else self.metadata.chunk_grid.chunk_shape_at(coords)
+
+    def object_spec(self, coords: tuple[int, ...]) -> ChunkSpec:
+        """The decoded representation of the object at ``coords`` (:attr:`spec` on a regular grid)."""
+        if self.regular:
+            return self.spec
+        shape = self.metadata.chunk_grid.chunk_shape_at(coords)
+        spec = self._specs.get(shape)
+        if spec is None:
+            if len(self._specs) > 256:
+                self._specs.clear()
+            spec = self._specs[shape] = ChunkSpec(shape, self.metadata.data_type, self.metadata.fill_value)
+        return spec
+
+    @cached_property
+    def _specs(self) -> dict[tuple[int, ...], ChunkSpec]:
+        return {}
+
+    @cached_property
+    def _object_starts(self) -> tuple[list[int], ...]:
+        """Per dimension, the first inner chunk of each shard (rectilinear sharded arrays)."""
+        inner = self.sharding.chunk_shape  # type: ignore[union-attr]
+        return tuple(
+            [0, *itertools.accumulate(edge // size for edge in edges)]
+            for edges, size in zip(self.metadata.chunk_grid.chunk_edges(self.metadata.shape), inner)
+        )
+
+    def locate(self, inner_coords: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(shard coordinates, coordinates in the shard)`` of an inner chunk of a sharded array."""
+        if self.regular:
+            per_object = self.chunks_per_object
+            return tuple(c // n for c, n in zip(inner_coords, per_object)), tuple(c % n for c, n in zip(inner_coords, per_object))
+        shard = tuple(bisect.bisect_right(starts, c) - 1 for c, starts in zip(inner_coords, self._object_starts))
+        return shard, tuple(c - starts[k] for c, k, starts in zip(inner_coords, shard, self._object_starts))
 
     @cached_property
     def fill_value(self) -> Any:
@@ -145,10 +205,14 @@ class ArrayHandle:
 
     def object_region(self, coords: tuple[int, ...]) -> tuple[slice, ...]:
         """The in-bounds part of a stored object, in its own coordinates."""
-        return tuple(
-            slice(0, min(size, length - index * size))
-            for index, size, length in zip(coords, self.metadata.chunks, self.metadata.shape)
-        )
+        if self.regular:
+            return tuple(
+                slice(0, min(size, length - index * size))
+                for index, size, length in zip(coords, self.metadata.chunks, self.metadata.shape)
+            )
+        starts = (int(d[k]) if not isinstance(d, int) else k * d for d, k in zip(self._grid_dimensions, coords))
+        shape = self.object_shape(coords)
+        return tuple(slice(0, min(size, length - start)) for size, start, length in zip(shape, starts, self.shape))
 
     def evolve(self, **changes: Any) -> "ArrayHandle":
         """A handle with other fields (``metadata=``, ``write_empty_chunks=``...)."""

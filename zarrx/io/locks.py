@@ -41,7 +41,8 @@ _LOCKS = [threading.RLock() for _ in range(STRIPES)]
 
 def _stored_units(array: Any, selection: Any) -> set[tuple[int, ...]]:
     """The coordinates of every stored object (chunk, or shard) ``selection`` touches."""
-    grid = array.metadata.chunks  # the stored objects' grid: shards for a sharded array
+    # the stored objects' grid (shards for a sharded array): lengths, or a rectilinear grid's offsets
+    grid = array.metadata.chunk_grid.dimensions(array.shape)
     try:
         indexer = BasicIndexer(selection, array.shape, grid)
     except Exception:  # not a basic selection: let the orthogonal indexer judge it

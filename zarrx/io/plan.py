@@ -103,7 +103,10 @@ def split_batches(items: Iterable[T], weight: Callable[[T], int], limit: int) ->
 
 def _inner_chunks_in_bounds(handle: ArrayHandle, coords: tuple[int, ...]) -> int:
     """How many inner chunks of the shard at ``coords`` hold at least one element of the array."""
-    shard_shape, inner = handle.metadata.chunks, handle.io_chunk_shape
+    inner = handle.io_chunk_shape
+    if not handle.regular:  # the in-bounds part of this shard, in inner chunks
+        return math.prod(-(-region.stop // c) for region, c in zip(handle.object_region(coords), inner))
+    shard_shape = handle.metadata.chunks
     return math.prod(
         min(s // c, -(-(length - index * s) // c))
         for index, s, c, length in zip(coords, shard_shape, inner, handle.metadata.shape)
@@ -131,7 +134,11 @@ def plan_objects(handle: ArrayHandle, projections: Iterable[ChunkProjection], *,
         return
     per_object = handle.chunks_per_object
     groups: dict[tuple[int, ...], list[tuple[tuple[int, ...], ChunkProjection]]] = defaultdict(list)
-    for projection in projections:
+    if not handle.regular:  # shards of several shapes: each inner chunk finds its shard
+        for projection in projections:
+            shard, inner = handle.locate(projection.chunk_coords)
+            groups[shard].append((inner, projection))
+    for projection in projections if handle.regular else ():
         coords = projection.chunk_coords
         shard = tuple(c // n for c, n in zip(coords, per_object))
         groups[shard].append((tuple(c % n for c, n in zip(coords, per_object)), projection))

@@ -13,6 +13,11 @@ read chunk ``chunk_coords``, take ``chunk[chunk_selection]`` and put it at
 
 Everything is computed with NumPy per dimension and per chunk, never per
 element in Python.
+
+The grid is given per dimension (``chunk_shape``): an int, the chunk length of a regular
+dimension -- integer division, the fast path -- or a NumPy array of chunk offsets (each chunk's
+start, then the last one's end) for a dimension of a rectilinear grid, located with
+``searchsorted`` (``ChunkGrid.dimensions`` gives either).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ __all__ = [
 ]
 
 Selection = tuple[Any, ...]
+#: one dimension of the grid: a chunk length, or chunk offsets (starts, then the last end)
+DimensionGrid = Any
 
 
 @dataclass(frozen=True)
@@ -87,18 +94,44 @@ def normalize_selection(selection: Any, ndim: int) -> Selection:
     return selection + (slice(None),) * (ndim - len(selection))
 
 
+def _out_of_bounds(index: int, length: int, dim: int) -> BoundsCheckError:
+    """The error for ``index`` as the caller wrote it (``-100``, not the ``-92`` it counts from the end as)."""
+    valid = f"-{length} to {length - 1}" if length else "none: the dimension is empty"
+    return BoundsCheckError(
+        f"index {index} is out of bounds for dimension {dim} of length {length} (valid indices: {valid})"
+    )
+
+
 def _normalize_index(index: int, length: int, dim: int) -> int:
     index = int(index)
-    if index < 0:
-        index += length
-    if not 0 <= index < length:
-        raise BoundsCheckError(f"index {index} is out of bounds for dimension {dim} of length {length}")
-    return index
+    normalized = index + length if index < 0 else index
+    if not 0 <= normalized < length:
+        raise _out_of_bounds(index, length, dim)
+    return normalized
 
 
-def _int_dim(index: int, length: int, chunk: int, dim: int) -> list[DimProjection]:
+def _normalize_indices(indices: np.ndarray, length: int, dim: int) -> np.ndarray:
+    """Integer ``indices`` as int64 counted from the start; an index outside ``[-length, length)``
+    is a BoundsCheckError naming it as given."""
+    bad = (indices >= length) | (indices < -length) if indices.dtype.kind == "i" else indices >= length
+    if bad.any():
+        raise _out_of_bounds(int(indices[bad].flat[0]), length, dim)
+    normalized = indices.astype(np.int64, copy=True)  # in range now: uint64 cannot wrap around
+    normalized[normalized < 0] += length
+    return normalized
+
+
+def _int_dim(index: int, length: int, chunk: DimensionGrid, dim: int) -> list[DimProjection]:
     index = _normalize_index(index, length, dim)
+    if isinstance(chunk, np.ndarray):
+        located = int(np.searchsorted(chunk, index, side="right")) - 1
+        return [DimProjection(located, index - int(chunk[located]), None, is_complete=False)]
     return [DimProjection(index // chunk, index % chunk, None, is_complete=False)]
+
+
+def _chunk_length(chunk: DimensionGrid, index: int) -> int:
+    """The declared length of chunk ``index`` of a dimension."""
+    return int(chunk[index + 1] - chunk[index]) if isinstance(chunk, np.ndarray) else chunk
 
 
 def _slice_count(selection: slice, length: int, dim: int) -> int:
@@ -115,13 +148,14 @@ class _LazySliceDim:
     over 2**60 chunks costs nothing until a reader that checked the output size iterates it.
     """
 
-    def __init__(self, selection: slice, length: int, chunk: int, dim: int) -> None:
+    def __init__(self, selection: slice, length: int, chunk: DimensionGrid, dim: int) -> None:
         self._args = (selection, length, chunk, dim)
         self._projections: list[DimProjection] | None = None
 
     def _get(self) -> list[DimProjection]:
         if self._projections is None:
-            self._projections = _slice_dim(*self._args)[1]
+            project = _slice_dim_variable if isinstance(self._args[2], np.ndarray) else _slice_dim
+            self._projections = project(*self._args)[1]
         return self._projections
 
     def __iter__(self) -> Iterator[DimProjection]:
@@ -133,6 +167,8 @@ class _LazySliceDim:
     def __len__(self) -> int:
         """The number of chunks the slice touches, computed without building the projections."""
         selection, length, chunk, _ = self._args
+        if isinstance(chunk, np.ndarray):  # a rectilinear dimension: as many chunks as it has, bounded
+            return len(self._get())
         start, stop, step = selection.indices(length)
         count = len(range(start, stop, step))
         if count == 0:
@@ -177,7 +213,42 @@ def _slice_dim(selection: slice, length: int, chunk: int, dim: int) -> tuple[int
     return count, projections
 
 
-def _array_dim(indices: np.ndarray, length: int, chunk: int, dim: int) -> tuple[int, list[DimProjection]]:
+def _slice_dim_variable(selection: slice, length: int, offsets: np.ndarray, dim: int) -> tuple[int, list[DimProjection]]:
+    """:func:`_slice_dim` on a rectilinear dimension: every chunk the slice crosses at once, with NumPy."""
+    count = _slice_count(selection, length, dim)
+    if count == 0:
+        return 0, []
+    start, _, step = selection.indices(length)
+    last = start + (count - 1) * step
+    low, high = sorted((start, last))
+    first_chunk, last_chunk = (int(np.searchsorted(offsets, position, side="right")) - 1 for position in (low, high))
+    chunks = np.arange(first_chunk, last_chunk + 1)
+    lo, hi = offsets[chunks], np.minimum(offsets[chunks + 1], length)
+    span = abs(step)
+    if step > 0:  # the first position at or after lo, and how many fit below hi (and up to last)
+        first = start + -(-(np.maximum(lo - start, 0)) // span) * span
+        counts = np.where(first <= np.minimum(hi - 1, last), (np.minimum(hi - 1, last) - first) // span + 1, 0)
+    else:  # walking down: the first position at or below hi - 1, down to lo (and to last)
+        first = start - -(-(np.maximum(start - (hi - 1), 0)) // span) * span
+        floor = np.maximum(lo, last)
+        counts = np.where(first >= floor, (first - floor) // span + 1, 0)
+        chunks, lo, hi, first, counts = chunks[::-1], lo[::-1], hi[::-1], first[::-1], counts[::-1]
+    taken = counts > 0
+    chunks, lo, hi, first, counts = chunks[taken], lo[taken], hi[taken], first[taken], counts[taken]
+    out_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    projections = []
+    for chunk_index, chunk_lo, chunk_hi, position, n, out_start in zip(
+        chunks.tolist(), lo.tolist(), hi.tolist(), first.tolist(), counts.tolist(), out_starts.tolist()
+    ):
+        local_first = position - chunk_lo
+        local_stop = local_first + n * step
+        local = slice(local_first, local_stop if local_stop >= 0 else None, step)
+        complete = step == 1 and local_first == 0 and n == chunk_hi - chunk_lo
+        projections.append(DimProjection(chunk_index, local, slice(out_start, out_start + n), complete))
+    return count, projections
+
+
+def _array_dim(indices: np.ndarray, length: int, chunk: DimensionGrid, dim: int) -> tuple[int, list[DimProjection]]:
     if indices.dtype == bool:
         if indices.shape != (length,):
             raise SelectionError(
@@ -188,15 +259,10 @@ def _array_dim(indices: np.ndarray, length: int, chunk: int, dim: int) -> tuple[
         raise SelectionError(f"unsupported index array dtype {indices.dtype} for dimension {dim}")
     if indices.ndim != 1:
         raise SelectionError(f"orthogonal index arrays must be 1-d, found {indices.ndim}-d for dimension {dim}")
-    indices = indices.astype(np.int64, copy=True)
-    indices[indices < 0] += length
-    bad = (indices < 0) | (indices >= length)
-    if bad.any():
-        raise BoundsCheckError(
-            f"index {int(indices[bad][0])} is out of bounds for dimension {dim} of length {length}"
-        )
+    indices = _normalize_indices(indices, length, dim)
     count = len(indices)
-    chunk_ids = indices // chunk
+    variable = isinstance(chunk, np.ndarray)
+    chunk_ids = np.searchsorted(chunk, indices, side="right") - 1 if variable else indices // chunk
     if count and np.all(chunk_ids[1:] >= chunk_ids[:-1]):
         order = None
         sorted_ids, sorted_indices = chunk_ids, indices
@@ -209,7 +275,7 @@ def _array_dim(indices: np.ndarray, length: int, chunk: int, dim: int) -> tuple[
         if hi <= lo:
             continue
         chunk_index = int(sorted_ids[lo])
-        local = sorted_indices[lo:hi] - chunk_index * chunk
+        local = sorted_indices[lo:hi] - (int(chunk[chunk_index]) if variable else chunk_index * chunk)
         out = slice(int(lo), int(hi)) if order is None else order[lo:hi]
         projections.append(DimProjection(chunk_index, local, out, is_complete=False))
     return count, projections
@@ -239,9 +305,10 @@ def _ix(selection: Sequence[Any], shape: Sequence[int]) -> tuple[Any, ...]:
 class _ProductIndexer:
     """Indexers whose selection is a product of independent per-dimension selections."""
 
-    def __init__(self, dims: list[Any], counts: list[int | None], chunk_shape: tuple[int, ...], shape: tuple[int, ...]):
+    def __init__(self, dims: list[Any], counts: list[int | None], chunk_shape: tuple[DimensionGrid, ...], shape: tuple[int, ...]):
         self._dims = dims
         self._chunk_shape = chunk_shape
+        self._variable = any(isinstance(chunk, np.ndarray) for chunk in chunk_shape)
         self._array_shape = shape
         self.shape = tuple(count for count in counts if count is not None)
         self._out_dims = [count for count in counts if count is not None]
@@ -256,7 +323,10 @@ class _ProductIndexer:
             chunk_selection = tuple(p.chunk_selection for p in combo)
             out_selection = tuple(p.out_selection for p in combo if p.out_selection is not None)
             if self._has_arrays:
-                chunk_selection = _ix(chunk_selection, self._chunk_shape)
+                chunk_sizes = self._chunk_shape
+                if self._variable:
+                    chunk_sizes = tuple(_chunk_length(chunk, index) for chunk, index in zip(chunk_sizes, chunk_coords))
+                chunk_selection = _ix(chunk_selection, chunk_sizes)
                 out_selection = _ix(out_selection, self._out_dims)
             yield ChunkProjection(chunk_coords, chunk_selection, out_selection, all(p.is_complete for p in combo))
 
@@ -266,7 +336,7 @@ class _ProductIndexer:
 
 
 def _dims_of(
-    selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...], *, arrays: bool
+    selection: Any, shape: tuple[int, ...], chunk_shape: tuple[DimensionGrid, ...], *, arrays: bool
 ) -> tuple[list[Any], list[int | None]]:
     """Per-dimension projections (lazy for slices) and output lengths (None: dimension dropped by an int)."""
     dims, counts = [], []
@@ -294,19 +364,19 @@ def _dims_of(
 
 
 class BasicIndexer(_ProductIndexer):
-    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...]):
+    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[DimensionGrid, ...]):
         super().__init__(*_dims_of(selection, shape, chunk_shape, arrays=False), chunk_shape, shape)
 
 
 class OrthogonalIndexer(_ProductIndexer):
-    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...]):
+    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[DimensionGrid, ...]):
         super().__init__(*_dims_of(selection, shape, chunk_shape, arrays=True), chunk_shape, shape)
 
 
 class VectorizedIndexer:
     """Coordinate (point) selection: arrays broadcast together, one output element per point."""
 
-    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[int, ...]):
+    def __init__(self, selection: Any, shape: tuple[int, ...], chunk_shape: tuple[DimensionGrid, ...]):
         if not isinstance(selection, tuple):
             selection = (selection,)
         if len(selection) == 1 and np.asarray(selection[0]).dtype == bool and len(shape) > 1:
@@ -327,14 +397,7 @@ class VectorizedIndexer:
                 array = np.flatnonzero(array)
             if array.dtype.kind not in "iu":
                 raise SelectionError(f"vindex takes integer coordinate arrays, found {array.dtype} for dimension {dim}")
-            array = array.astype(np.int64)
-            array = np.where(array < 0, array + length, array)
-            bad = (array < 0) | (array >= length)
-            if bad.any():
-                raise BoundsCheckError(
-                    f"index {int(array[bad].flat[0])} is out of bounds for dimension {dim} of length {length}"
-                )
-            arrays.append(array)
+            arrays.append(_normalize_indices(array, length, dim))
         try:
             arrays = np.broadcast_arrays(*arrays)
         except ValueError as error:
@@ -344,7 +407,10 @@ class VectorizedIndexer:
         self._chunk_shape = chunk_shape
         self._points = coords
         if coords:
-            chunk_ids = [c // cs for c, cs in zip(coords, chunk_shape)]
+            chunk_ids = [
+                np.searchsorted(cs, c, side="right") - 1 if isinstance(cs, np.ndarray) else c // cs
+                for c, cs in zip(coords, chunk_shape)
+            ]
             grid = [max(int(ids.max()) + 1, 1) if ids.size else 1 for ids in chunk_ids]
             flat = np.ravel_multi_index(chunk_ids, grid) if coords[0].size else np.zeros(0, np.int64)
             self._order = np.argsort(flat, kind="stable")
@@ -363,7 +429,7 @@ class VectorizedIndexer:
             positions = self._order[lo:hi]
             chunk_coords = tuple(int(c) for c in np.unravel_index(int(self._sorted_flat[lo]), self._grid))
             chunk_selection = tuple(
-                points[positions] - index * size
+                points[positions] - (int(size[index]) if isinstance(size, np.ndarray) else index * size)
                 for points, index, size in zip(self._points, chunk_coords, self._chunk_shape)
             )
             yield ChunkProjection(chunk_coords, chunk_selection, (positions,), False)

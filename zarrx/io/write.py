@@ -97,7 +97,7 @@ def _merged(chunk_shape: tuple[int, ...], full_size: bool, projection: ChunkProj
 def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
     """The encoded chunk (None: all fill value, to delete)."""
     projection = plan.pieces[0][1]
-    spec, pipeline = handle.spec, handle.pipeline
+    spec, pipeline = handle.object_spec(plan.coords), handle.pipeline
     region = handle.object_region(plan.coords)
     full_size = all(r.stop == size for r, size in zip(region, spec.shape))
     chunk = _merged(spec.shape, full_size, projection, value[projection.out_selection], old,
@@ -109,7 +109,7 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
 
 def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
     """The assembled shard: untouched inner chunks keep their stored bytes (None: nothing left)."""
-    codec, spec, inner_spec = handle.sharding, handle.spec, handle.inner_spec
+    codec, spec, inner_spec = handle.sharding, handle.object_spec(plan.coords), handle.inner_spec
     encoded: dict[tuple[int, ...], Any] = {}
     if old is not None:
         index = codec.read_index(old, spec, plan.key, whole=True)
@@ -143,7 +143,7 @@ def trim_past_edge(handle: ArrayHandle, chunk_coords: list[tuple[int, ...]]) -> 
 
     Nothing is written: a shrinking resize prepares these before it changes the shape.
     """
-    spec, pipeline = handle.spec, handle.pipeline
+    pipeline = handle.pipeline
     keys = [handle.object_key(coords) for coords in chunk_coords]
     stored = bounded_get_many(handle.store, keys, handle.max_object_size)
     updates, deletes = {}, []
@@ -151,6 +151,7 @@ def trim_past_edge(handle: ArrayHandle, chunk_coords: list[tuple[int, ...]]) -> 
         raw = stored.get(key)
         if raw is None:
             continue
+        spec = handle.object_spec(coords)
         chunk = pipeline.decode(raw, spec, key=key)
         keep = handle.object_region(coords)
         trimmed = np.full(spec.shape, handle.fill_value, dtype=spec.dtype)

@@ -32,9 +32,10 @@ import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.dtypes import DataType, parse_data_type
 from zarrx.errors import MetadataError, UnsupportedExtensionError, ZarrxError
-from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_chunk_grid, parse_shape
+from zarrx.metadata.chunk_grid import ChunkGrid, parse_chunk_grid, parse_shape
 from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.extension import parse_extension
 from zarrx.storage.paths import join_key
@@ -58,12 +59,44 @@ ARRAY_FIELDS = (
 GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata")
 
 
+class _DuplicateMember(Exception):
+    """A JSON object names one member twice (raised inside ``json.loads``)."""
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object, unless a member name repeats."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _DuplicateMember(name)
+            seen.add(name)
+    return document
+
+
 def decode_json(raw: bytes, key: str) -> dict[str, Any]:
-    """Parse a metadata document's bytes into a JSON object, naming ``key`` on failure."""
+    """Parse a metadata document's bytes into a JSON object, naming ``key`` on failure.
+
+    A member named twice in one object is refused (RFC 8259 leaves its meaning open; Python's
+    ``json`` keeps the last, other readers the first), as are documents that are not JSON objects.
+
+    Examples
+    --------
+    >>> decode_json(b'{"shape": [4], "shape": [8]}', "x/zarr.json")
+    Traceback (most recent call last):
+    ...
+    zarrx.errors.MetadataError: x/zarr.json: the member 'shape' appears twice in one JSON object; ...
+    """
     if not raw:
         raise MetadataError(f"{key}: the metadata document is empty")
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateMember as duplicate:
+        raise MetadataError(
+            f"{key}: the member {duplicate.args[0]!r} appears twice in one JSON object; which one counts is "
+            "ambiguous (readers disagree), so the document is refused: keep one"
+        ) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise MetadataError(f"{key}: not valid JSON ({error})") from None
     if not isinstance(document, dict):
@@ -71,7 +104,23 @@ def decode_json(raw: bytes, key: str) -> dict[str, Any]:
     return document
 
 
+#: documents longer than this are written without indentation: json's pretty printer is pure
+#: Python, several times slower than its compact C encoder (a consolidated document of 10,000
+#: members, 9 MiB, takes 0.7 s pretty and 0.12 s compact), and nobody reads such a document by eye
+COMPACT_ABOVE = 2**16
+
+
 def encode_json(document: Mapping[str, Any]) -> bytes:
+    """A metadata document as UTF-8 JSON: indented, or compact past :data:`COMPACT_ABOVE` characters.
+
+    Examples
+    --------
+    >>> encode_json({"zarr_format": 3, "node_type": "group"})
+    b'{\\n  "zarr_format": 3,\\n  "node_type": "group"\\n}'
+    """
+    compact = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    if len(compact) > COMPACT_ABOVE:
+        return compact.encode()
     return json.dumps(document, indent=2, ensure_ascii=False).encode()
 
 
@@ -135,6 +184,21 @@ def parse_extra_fields(document: Mapping[str, Any], known: tuple[str, ...]) -> d
     return extra
 
 
+def validate_rectilinear_codecs(grid: Any, shape: tuple[int, ...], codecs: CodecPipeline) -> None:
+    """What a rectilinear grid asks of the codecs beyond the largest chunk: a sharding codec's inner
+    chunks divide every shard edge (so inner chunks tile the array regularly)."""
+    if not isinstance(codecs.array_bytes, ShardingCodec) or codecs.array_array:
+        return
+    inner = codecs.array_bytes.chunk_shape
+    for dim, (edges, size) in enumerate(zip(grid.chunk_edges(shape), inner)):
+        uneven = sorted({edge for edge in edges if edge % size})
+        if uneven:
+            raise MetadataError(
+                f"chunk_grid.configuration.chunk_shapes[{dim}]: shard edges {uneven[:5]} are not multiples of the "
+                f"inner chunk length {size} (codecs: sharding_indexed chunk_shape)"
+            )
+
+
 def _require(document: Mapping[str, Any], name: str) -> Any:
     if name not in document:
         raise MetadataError(f"{name}: missing required field")
@@ -172,7 +236,8 @@ def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
         # legacy "structured" is written back as "struct", whose bytes codec must state
         # the byte order the legacy rule implied (little); otherwise our own rewrite of
         # a zarr-python array would not open
-        codecs = codecs.evolve_from_spec(ChunkSpec(chunk_grid.chunk_shape, data_type, fill_value))
+        first_chunk = chunk_grid.chunk_shape_at((0,) * chunk_grid.ndim)
+        codecs = codecs.evolve_from_spec(ChunkSpec(first_chunk, data_type, fill_value))
     chunk_key_encoding = parse_chunk_key_encoding(_require(document, "chunk_key_encoding"))
     parsed = (data_type, chunk_grid, chunk_key_encoding, fill_value, codecs)
     if key is not None:
@@ -186,7 +251,7 @@ def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
 class ArrayMetadata:
     shape: tuple[int, ...]
     data_type: DataType
-    chunk_grid: RegularChunkGrid
+    chunk_grid: ChunkGrid
     chunk_key_encoding: ChunkKeyEncoding
     fill_value: Any
     codecs: CodecPipeline
@@ -201,6 +266,8 @@ class ArrayMetadata:
         self.chunk_grid.validate(self.shape)
         if self.dimension_names is not None:
             parse_dimension_names(list(self.dimension_names), len(self.shape))
+        if not self.chunk_grid.is_regular:
+            validate_rectilinear_codecs(self.chunk_grid, self.shape, self.codecs)
         self.codecs.validate(self.chunk_spec)
 
     @classmethod
@@ -270,12 +337,15 @@ class ArrayMetadata:
         return self.data_type.numpy_dtype
 
     @property
-    def chunks(self) -> tuple[int, ...]:
-        return self.chunk_grid.chunk_shape
+    def chunks(self) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+        """The chunk shape; for a rectilinear grid the edges of each dimension's chunks."""
+        grid = self.chunk_grid
+        return grid.chunk_shape if grid.is_regular else grid.chunk_edges(self.shape)
 
     @cached_property
     def chunk_spec(self) -> ChunkSpec:
-        return ChunkSpec(self.chunk_grid.chunk_shape, self.data_type, self.fill_value)
+        """The decoded representation of a chunk (of the largest one, for a rectilinear grid)."""
+        return ChunkSpec(self.chunk_grid.largest_chunk_shape(self.shape), self.data_type, self.fill_value)
 
     @property
     def grid_shape(self) -> tuple[int, ...]:

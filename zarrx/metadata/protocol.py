@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from zarrx.codecs.base import ChunkSpec
     from zarrx.codecs.pipeline import CodecPipeline
     from zarrx.dtypes.base import DataType
-    from zarrx.metadata.chunk_grid import RegularChunkGrid
+    from zarrx.metadata.chunk_grid import ChunkGrid
     from zarrx.metadata.chunk_key_encoding import ChunkKeyEncoding
 
 __all__ = ["ArrayMetadataLike", "GroupMetadataLike", "NodeMetadata", "ZarrFormat"]
@@ -74,11 +74,12 @@ class ArrayMetadataLike(_Documented, Protocol):
     def dtype(self) -> np.dtype: ...
 
     @property
-    def chunk_grid(self) -> RegularChunkGrid: ...
+    def chunk_grid(self) -> ChunkGrid: ...
 
     @property
-    def chunks(self) -> tuple[int, ...]:
-        """The shape of the stored objects (shards, for a sharded array)."""
+    def chunks(self) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+        """The shape of the stored objects (shards, for a sharded array); for a rectilinear grid the
+        edges of each dimension's objects."""
 
     @property
     def grid_shape(self) -> tuple[int, ...]: ...

@@ -23,6 +23,7 @@ from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
 from zarrx.metadata.v2 import ZMETADATA, ConsolidatedMetadataV2
 from zarrx.nodes.array import Array
+from zarrx.nodes.consolidated import metadata_lock
 from zarrx.nodes.create import WRITE_FORMATS, check_format, new_array, new_group_metadata
 from zarrx.nodes.group import Group
 from zarrx.nodes.hierarchy import ZARR_JSON, node_keys, read_node
@@ -280,21 +281,22 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     """
     zstore = make_store(store, mode="r+", storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
-    group = open_group(zstore, path, mode="r+")
-    group._check_writable()
-    members = dict(group.members(max_depth=None))
-    if group.metadata.zarr_format == 2:
-        _consolidate_v2(zstore, path, group, members)
-        return open_group(zstore, path, mode="r")
-    documents = {}
-    for name, node in members.items():
-        if node.metadata.zarr_format != 3:
-            continue  # v3 consolidated metadata holds v3 documents only
-        document = node.metadata.to_json()
-        document.pop("consolidated_metadata", None)
-        documents[name] = document
-    metadata = group.metadata.evolve(consolidated_metadata=ConsolidatedMetadata(documents))
-    zstore.set(join_key(path, ZARR_JSON), metadata.to_bytes())
+    with metadata_lock(zstore):  # no metadata write of this process between the reads and the write
+        group = open_group(zstore, path, mode="r+")
+        group._check_writable()
+        members = dict(group.members(max_depth=None))
+        if group.metadata.zarr_format == 2:
+            _consolidate_v2(zstore, path, group, members)
+            return open_group(zstore, path, mode="r")
+        documents = {}
+        for name, node in members.items():
+            if node.metadata.zarr_format != 3:
+                continue  # v3 consolidated metadata holds v3 documents only
+            document = node.metadata.to_json()
+            document.pop("consolidated_metadata", None)
+            documents[name] = document
+        metadata = group.metadata.evolve(consolidated_metadata=ConsolidatedMetadata(documents))
+        zstore.set(join_key(path, ZARR_JSON), metadata.to_bytes())
     return open_group(zstore, path, mode="r")
 
 

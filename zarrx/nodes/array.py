@@ -77,7 +77,7 @@ class Array(Node[ArrayMetadataLike]):
 
     def _write_metadata(self, metadata: ArrayMetadataLike) -> None:
         super()._write_metadata(metadata)
-        self._handle = self._handle.evolve(metadata=metadata)
+        self._handle = self._handle.evolve(metadata=self._metadata)
 
     # -- description ------------------------------------------------------------------
     @property
@@ -108,7 +108,8 @@ class Array(Node[ArrayMetadataLike]):
 
     @property
     def chunks(self) -> tuple[int, ...]:
-        """The shape of the chunks that are encoded one by one (inner chunks of a sharded array)."""
+        """The shape of the chunks that are encoded one by one (inner chunks of a sharded array); on a
+        rectilinear grid, the edge lengths of each dimension's chunks (dask's form: ``((3, 3, 4), (5,))``)."""
         pipeline = self._metadata.codecs
         if not isinstance(pipeline.array_bytes, ShardingCodec):
             return self._metadata.chunks
@@ -126,7 +127,8 @@ class Array(Node[ArrayMetadataLike]):
 
     @property
     def shards(self) -> tuple[int, ...] | None:
-        """The shard shape (the stored objects' chunk grid), or None when the array is not sharded."""
+        """The shard shape (the stored objects' chunk grid; edge lengths per dimension on a rectilinear
+        grid), or None when the array is not sharded."""
         return self._metadata.chunks if isinstance(self._metadata.codecs.array_bytes, ShardingCodec) else None
 
     @property
@@ -287,9 +289,13 @@ class Array(Node[ArrayMetadataLike]):
         new_shape = parse_shape(list(shape), "shape")
         if len(new_shape) != self.ndim:
             raise MetadataError(f"shape: resize keeps the number of dimensions ({self.ndim}), found {new_shape}")
+        # a rectilinear grid too short for the new shape repeats its last edges
+        self._resize(new_shape, self._metadata.chunk_grid.resized(new_shape))
+
+    def _resize(self, new_shape: tuple[int, ...], grid: Any) -> None:
         self._check_writable()
         old = self._metadata
-        new = old.evolve(shape=new_shape)
+        new = old.evolve(shape=new_shape) if grid.is_regular else old.evolve(shape=new_shape, chunk_grid=grid)
         updates: dict[str, bytes] = {}
         deletes: list[str] = []
         if new_shape == old.shape or any(n < o for n, o in zip(new_shape, old.shape)):
@@ -316,14 +322,16 @@ class Array(Node[ArrayMetadataLike]):
         """The chunks to rewrite (trimmed) and to delete so that nothing is stored past ``new``'s
         edge: chunks cut by the edge along the dimensions that shrank -- or along every dimension
         when the shape did not change (a repeated resize) -- and chunks wholly past it."""
-        chunks, new_shape = new.chunks, new.shape
+        grid, new_shape = new.chunk_grid, new.shape
         cut = [n < o or new_shape == old_shape for n, o in zip(new_shape, old_shape)]
         deletes, to_trim = [], []
         for key, coords in self._stored_chunks():
-            starts = [c * s for c, s in zip(coords, chunks)]
-            if any(start >= length for start, length in zip(starts, new_shape)):
+            starts = grid.chunk_starts(coords)  # None: a chunk past the grid's declared edges
+            if starts is None or any(start >= length for start, length in zip(starts, new_shape)):
                 deletes.append(key)
-            elif any(dim_cut and start + size > length
+                continue
+            chunks = grid.chunk_shape_at(coords)
+            if any(dim_cut and start + size > length
                      for dim_cut, start, size, length in zip(cut, starts, chunks, new_shape)):
                 to_trim.append(coords)
         updates, fill_deletes = trim_past_edge(self._handle.evolve(metadata=new), to_trim)
@@ -345,7 +353,9 @@ class Array(Node[ArrayMetadataLike]):
                 )
         old_length = self.shape[axis]
         new_shape = tuple(s + data.shape[axis] if d == axis else s for d, s in enumerate(self.shape))
-        self.resize(new_shape)
+        # on a rectilinear grid whose edges end at the array's end, the data becomes one new chunk
+        grid = self._metadata.chunk_grid.with_appended(axis, old_length, data.shape[axis])
+        self._resize(new_shape, grid.resized(new_shape))
         region = tuple(slice(old_length, None) if d == axis else slice(None) for d in range(self.ndim))
         self[region] = data
         return new_shape

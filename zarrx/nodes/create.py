@@ -14,8 +14,9 @@ from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, 
 from zarrx.metadata.draft import READ_ONLY_REASON, is_draft_entry_point
 from zarrx.metadata.node import GroupMetadata, decode_json, parse_node_metadata
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
-from zarrx.metadata.v2 import ZARRAY, ZGROUP, GroupMetadataV2
+from zarrx.metadata.v2 import ZARRAY, ZGROUP, ZMETADATA, GroupMetadataV2
 from zarrx.nodes.array import Array
+from zarrx.nodes.consolidated import Change, update_copies
 from zarrx.nodes.hierarchy import ZARR_JSON, read_node, write_node
 from zarrx.nodes.metadata_builder import build_array_metadata, build_array_metadata_v2
 from zarrx.storage.paths import join_key
@@ -94,8 +95,10 @@ def new_group_metadata(
 
 
 def _place(store: Store, path: str, metadata: NodeMetadata, overwrite: bool, zarr_format: int) -> None:
-    """Replace what is at ``path`` (when ``overwrite``), create the parents, write the documents."""
+    """Replace what is at ``path`` (when ``overwrite``), create the parents, write the documents,
+    then update the consolidated metadata above that copies them."""
     existing = read_node(store, path)
+    changes: list[Change] = []
     if existing is not None:
         if not overwrite:
             is_array = existing.node_type == "array"
@@ -103,49 +106,66 @@ def _place(store: Store, path: str, metadata: NodeMetadata, overwrite: bool, zar
             kind = "an array" if is_array else "a group"
             raise error(f"{kind} already exists at {'/' + path!r}; pass overwrite=True (or mode='w') to replace it")
         store.delete_prefix(join_key(path, ""))
-    _ensure_parents(store, path, zarr_format)
+        if isinstance(existing.zarr_format, int):
+            changes.append((path, None, existing.zarr_format))
+    created, documents = _ensure_parents(store, path, zarr_format)
+    documents[join_key(path, ZMETADATA)] = None  # a new node has no consolidated metadata of its own
     write_node(store, path, metadata)
+    changes += [(parent, NEW_GROUP[zarr_format](), zarr_format) for parent in created]
+    update_copies(store, [*changes, (path, metadata, zarr_format)], documents)
 
 
-def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> None:
-    """Create the missing groups above ``path`` (in ``zarr_format``); an array in the way is an error."""
+#: zarr_format -> the metadata of a new group without attributes
+NEW_GROUP = {3: GroupMetadata, 2: GroupMetadataV2}
+
+
+def _ensure_parents(store: Store, path: str, zarr_format: int = 3) -> tuple[list[str], dict[str, bytes | None]]:
+    """Create the missing groups above ``path`` (in ``zarr_format``); an array in the way is an error.
+
+    Returns the groups created and the documents read above ``path`` (by key; the consolidated
+    metadata that may copy the new node is among them).
+    """
     if not path:
-        return  # the root has no parents
+        return [], {}  # the root has no parents
     parts = path.split("/")[:-1]
     parents = ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
-    missing = ENSURE_PARENTS[zarr_format](store, path, parents)
-    if missing:
-        store.set_many(missing)
+    created, documents = ENSURE_PARENTS[zarr_format](store, path, parents)
+    if created:
+        store.set_many({
+            join_key(parent, name): data for parent in created for name, data in NEW_GROUP[zarr_format]().documents().items()
+        })  # fmt: skip
+    return created, documents
 
 
-def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
+def _missing_parents_v3(store: Store, path: str, parents: list[str]) -> tuple[list[str], dict[str, bytes | None]]:
     keys = [join_key(parent, ZARR_JSON) for parent in parents]
     documents = store.get_many([*keys, *(join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP))])
     _refuse_draft(documents.get(ZARR_JSON), path)
-    missing = {}
+    missing = []
     for parent, key in zip(parents, keys):
         raw = documents.get(key)
         if raw is None:
             _refuse_other_format(documents, parent, path, found=2, wanted=3)
-            missing[key] = GroupMetadata().to_bytes()
+            missing.append(parent)
             continue
         if parse_node_metadata(raw, key).node_type == "array":
             raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
-    return missing
+    return missing, documents
 
 
-def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> dict[str, bytes]:
-    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP, ZARR_JSON)]
+def _missing_parents_v2(store: Store, path: str, parents: list[str]) -> tuple[list[str], dict[str, bytes | None]]:
+    # the parents' .zmetadata in the same batch: the consolidated metadata that may copy the node
+    keys = [join_key(parent, name) for parent in parents for name in (ZARRAY, ZGROUP, ZARR_JSON, ZMETADATA)]
     documents = store.get_many(keys)
     _refuse_draft(documents.get(ZARR_JSON), path)
-    missing = {}
+    missing = []
     for parent in parents:
         if documents.get(join_key(parent, ZARRAY)) is not None:
             raise ContainsArrayError(f"cannot create a node at {path!r}: an array exists at {'/' + parent!r}")
         if documents.get(join_key(parent, ZGROUP)) is None:
             _refuse_other_format(documents, parent, path, found=3, wanted=2)
-            missing.update({join_key(parent, name): data for name, data in GroupMetadataV2().documents().items()})
-    return missing
+            missing.append(parent)
+    return missing, documents
 
 
 def _refuse_draft(root_document: bytes | None, path: str) -> None:

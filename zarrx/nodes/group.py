@@ -19,6 +19,7 @@ from zarrx.errors import ContainsArrayError, InvalidPathError, NodeNotFoundError
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
 from zarrx.nodes import conveniences
 from zarrx.nodes.array import Array
+from zarrx.nodes.consolidated import update_copies
 from zarrx.nodes.create import new_array, new_group_metadata
 from zarrx.nodes.hierarchy import NodeFormat, format_of
 from zarrx.nodes.node import Node
@@ -219,9 +220,12 @@ class Group(Node[GroupMetadataLike]):
     def __delitem__(self, name: str) -> None:
         self._check_writable()
         path = self._child_path(name)
-        if self._format.read_child(self._store, path) is None:
+        child = self._format.read_child(self._store, path)
+        if child is None:
             raise NodeNotFoundError(f"no array or group {name!r} in group {self.name!r}")
         self._store.delete_prefix(path + "/")
+        if isinstance(child.zarr_format, int):
+            update_copies(self._store, [(path, None, child.zarr_format)])
 
     def __setitem__(self, name: str, value: Any) -> None:
         self._check_writable()

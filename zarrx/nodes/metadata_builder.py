@@ -12,21 +12,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from zarrx.codecs import (
-    BytesCodec,
-    CodecPipeline,
-    ShardingCodec,
-    VLenBytesCodec,
-    VLenUTF8Codec,
-    ZstdCodec,
-    parse_codecs,
-)
+from zarrx.codecs import BytesCodec, CodecPipeline, ShardingCodec, VLenBytesCodec, VLenUTF8Codec, ZstdCodec
 from zarrx.codecs.base import ArrayBytesCodec, ChunkSpec
-from zarrx.codecs.v2 import check_codec_config
+from zarrx.codecs.normalize import as_codecs, v2_codec_config
 from zarrx.dtypes import DataType, resolve_data_type
 from zarrx.dtypes.v2 import v2_data_type, v2_dtype_for
 from zarrx.errors import MetadataError, ZarrxError
 from zarrx.metadata.chunk_grid import RegularChunkGrid, parse_shape
+from zarrx.metadata.rectilinear import RectilinearChunkGrid, is_edge_list
 from zarrx.metadata.chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from zarrx.metadata.node import ArrayMetadata, parse_dimension_names
 from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
@@ -122,15 +115,25 @@ def build_array_metadata(
 ) -> ArrayMetadata:
     shape = _parse_array_shape(shape)
     data_type = resolve_data_type(dtype)
-    chunk_shape = parse_chunks(chunks, shape, data_type)
+    # edges listed for a dimension (``chunks=((3, 3, 4), 5)``, or so for shards): a rectilinear grid
+    rectilinear = RectilinearChunkGrid(tuple(shards if shards is not None else chunks)) if is_edge_list(
+        shards if shards is not None else chunks) else None  # fmt: skip
+    if rectilinear is not None:
+        rectilinear.validate(shape)
+    chunk_shape = rectilinear.largest_chunk_shape(shape) if rectilinear and shards is None else parse_chunks(chunks, shape, data_type)
     if shards is not None:
-        shards = parse_shards(shards, chunk_shape)
+        shards = rectilinear.largest_chunk_shape(shape) if rectilinear else parse_shards(shards, chunk_shape)
     fill_value = data_type.default_fill_value() if fill_value is None else _cast_fill_value(data_type, fill_value)
     if isinstance(serializer, str) and serializer == "auto":
         serializer = default_serializer(data_type)
     if isinstance(compressors, str) and compressors == "auto":
         compressors = [ZstdCodec(level=0, checksum=False)]
-    codecs = parse_codecs([*_codec_list(filters), serializer, *_codec_list(compressors)])
+    # codecs in any form users hold them (zarrx, JSON, zarr-python, numcodecs, short names)
+    codecs = [
+        *as_codecs(filters, "filters", "array_to_array"),
+        *as_codecs(serializer, "serializer", "array_to_bytes"),
+        *as_codecs(compressors, "compressors", "bytes_to_bytes"),
+    ]
     if shards is not None:
         # as zarr-python does: every codec applies to inner chunks; the index is bytes + crc32c
         codecs = (ShardingCodec(chunk_shape=chunk_shape, codecs=codecs),)
@@ -147,7 +150,7 @@ def build_array_metadata(
     return ArrayMetadata(
         shape=shape,
         data_type=data_type,
-        chunk_grid=RegularChunkGrid(chunk_shape),
+        chunk_grid=rectilinear or RegularChunkGrid(chunk_shape),
         chunk_key_encoding=encoding,
         fill_value=fill_value,
         codecs=pipeline,
@@ -165,10 +168,8 @@ DEFAULT_V2_COMPRESSOR = {"id": "zstd", "level": 0}
 
 
 def _v2_codec_config(codec: Any, field_name: str) -> dict[str, Any]:
-    """A numcodecs codec (or its configuration dict) as a checked v2 configuration."""
-    if hasattr(codec, "get_config") and callable(codec.get_config):
-        codec = codec.get_config()
-    config = check_codec_config(codec, field_name)
+    """A codec in any form users hold it as a checked v2 (numcodecs) configuration."""
+    config = v2_codec_config(codec, field_name)
     if config["id"] == "zstd" and config.get("checksum") is False:
         del config["checksum"]  # as zarr-python writes it (zarr-python issue 2647)
     return config

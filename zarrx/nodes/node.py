@@ -3,8 +3,10 @@
 A node is a store, a path (``""`` for the root) and its parsed metadata, in any
 format zarrx reads (v3 ``zarr.json``, v2 ``.zarray``/``.zgroup`` + ``.zattrs``, the
 2022 draft layout). Changes to the metadata (attributes, an array's shape) go
-through :meth:`Node._write_metadata`, which refuses read-only nodes and stores the
-documents the metadata names (``metadata.documents()``) in one batch, each atomically.
+through :meth:`Node._write_metadata`, which refuses read-only nodes, stores the
+documents the metadata names (``metadata.documents()``) in one batch, each atomically, and
+updates the consolidated metadata of the groups above that copies them
+(:mod:`zarrx.nodes.consolidated`).
 Metadata that cannot be written (the draft layout) says why in ``read_only_reason``.
 """
 
@@ -16,7 +18,7 @@ from zarrx.errors import ReadOnlyError
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, ZarrFormat
 from zarrx.nodes import conveniences
 from zarrx.nodes.attributes import Attributes
-from zarrx.nodes.hierarchy import write_node
+from zarrx.nodes.consolidated import write_metadata
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
@@ -92,8 +94,7 @@ class Node(Generic[M]):
 
     def _write_metadata(self, metadata: M) -> None:
         self._check_writable()
-        write_node(self._store, self._path, metadata)
-        self._metadata = metadata
+        self._metadata = write_metadata(self._store, self._path, metadata)
 
     def _get_attributes(self) -> dict[str, Any]:
         return self._metadata.attributes

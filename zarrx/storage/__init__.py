@@ -14,12 +14,20 @@ any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_u
 ``https://``, chained ``simplecache::s3://``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
+a zarr-python store (``zarr.storage.MemoryStore``,     a :class:`ZarrPythonStore` over it
+``LocalStore``, ...)
 =====================================================  =========================================
 
 :class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
 what a wrapper does not change); stores say what they can do as properties (see
 :mod:`zarrx.storage.store`). A store that fails on purpose, for tests, is
 :class:`zarrx.testing.FaultyStore`.
+
+A local folder's store keeps every read, write and deletion inside the folder (see
+:mod:`zarrx.storage.containment`); to let *reads* follow symbolic links out of it, pass
+``follow_external_links=True`` -- to :func:`make_store`, to :class:`LocalStore`, or as the
+storage option ``{"follow_external_links": True}`` of ``zarrx.open_group(path, ...)`` and the
+other ``open_*`` functions.
 
 ``mode="r"`` opens the store read-only; ``"r+"``, ``"a"``, ``"w"`` and ``"w-"``
 open it writable (what each means for existing nodes is the caller's business).
@@ -43,6 +51,7 @@ from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.prefetch import PrefetchStore
+from zarrx.storage.zarr_python import ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -64,6 +73,7 @@ __all__ = [
     "FsspecStore",
     "MetricsStore",
     "PrefetchStore",
+    "ZarrPythonStore",
     "make_store",
     "check_mode",
     "MODES",
@@ -91,6 +101,7 @@ def make_store(
     *,
     mode: str = "r",
     storage_options: Mapping[str, Any] | None = None,
+    follow_external_links: bool | None = None,
 ) -> Store:
     """The :class:`Store` for a store argument (see the module docstring for what is accepted).
 
@@ -102,7 +113,11 @@ def make_store(
         ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
         one. A Store passed in is returned unchanged, whatever the mode.
     storage_options
-        fsspec options (credentials, ``anon=True``, ...), only for a URL other than ``file://``.
+        fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``; for a
+        local folder only ``follow_external_links``.
+    follow_external_links
+        For a local folder: let reads follow symbolic links that leave it (writes and deletions
+        never do). Default False (the storage option of the same name, when given).
 
     Raises
     ------
@@ -119,28 +134,51 @@ def make_store(
     read_only = MODES[check_mode(mode)]
     if isinstance(store_like, Store):
         _refuse_options(storage_options, store_like)
+        if follow_external_links is not None and follow_external_links != store_like.follow_external_links:
+            raise UsageError(
+                f"follow_external_links={follow_external_links!r} was given with the store {store_like!r}, which "
+                "does not change; create the store with it (LocalStore(root, follow_external_links=...))"
+            )
         return store_like
     url_scheme = _URL_SCHEME.match(store_like) if isinstance(store_like, str) else None
     if url_scheme and url_scheme[1].lower() in _LOCAL_SCHEMES and "::" not in store_like:
-        _refuse_options(storage_options, store_like)
-        return LocalStore(_file_url_path(store_like), read_only=read_only)
+        return _local(_file_url_path(store_like), read_only, storage_options, follow_external_links, store_like)
     if url_scheme or isinstance(store_like, str) and "::" in store_like:  # "::" chains file systems
         return FsspecStore.from_url(store_like, storage_options=storage_options, read_only=read_only)
     if isinstance(store_like, (str, os.PathLike)):
-        _refuse_options(storage_options, store_like)
-        return LocalStore(os.path.expanduser(os.fspath(store_like)), read_only=read_only)
+        path = os.path.expanduser(os.fspath(store_like))
+        return _local(path, read_only, storage_options, follow_external_links, store_like)
     if isinstance(store_like, FSMap):
-        _refuse_options(storage_options, store_like)
         if isinstance(store_like.fs, LocalFileSystem):
-            return LocalStore(store_like.root, read_only=read_only)
+            return _local(store_like.root, read_only, storage_options, follow_external_links, store_like)
+        _refuse_options(storage_options, store_like)
         return FsspecStore(store_like.fs, store_like.root, read_only=read_only)
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
+    if is_zarr_python_store(store_like):
+        _refuse_options(storage_options, store_like)
+        return ZarrPythonStore(store_like, read_only=read_only)
     raise StoreTypeError(
         f"cannot use {type(store_like).__name__} {store_like!r} as a store; pass a path, a URL "
         "('s3://bucket/data.zarr', 'memory://x'), an fsspec FSMap, a dict, None or a zarrx Store"
     )
+
+
+def _local(
+    path: str, read_only: bool, storage_options: Mapping[str, Any] | None, follow: bool | None, store_like: Any
+) -> LocalStore:
+    """The LocalStore of ``path``; of the storage options it takes only ``follow_external_links``."""
+    options = dict(storage_options or {})
+    option = options.pop("follow_external_links", None)
+    _refuse_options(options, store_like)
+    if option is not None and not isinstance(option, bool):
+        raise UsageError(f"storage option follow_external_links: expected true or false, found {option!r}")
+    if option is not None and follow is not None and option != bool(follow):
+        raise UsageError(
+            f"follow_external_links: the keyword says {follow!r}, the storage option {option!r}; give one"
+        )
+    return LocalStore(path, read_only=read_only, follow_external_links=bool(follow if follow is not None else option))
 
 
 def _refuse_options(storage_options: Mapping[str, Any] | None, store_like: Any) -> None:
@@ -150,7 +188,8 @@ def _refuse_options(storage_options: Mapping[str, Any] | None, store_like: Any) 
             f"storage_options (with {', '.join(map(repr, storage_options))}) were given with {store_like!r}, "
             "which does not use them; "
             "they configure fsspec file systems, so pass them with a URL like 's3://bucket/data.zarr' "
-            "(or configure the file system you built the store from)"
+            "(or configure the file system you built the store from); a local folder takes only "
+            "follow_external_links"
         )
 
 

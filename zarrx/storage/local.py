@@ -12,7 +12,12 @@ Rules this store keeps:
   listed. (No ``fsync``: atomic for readers, not durable across a power cut.)
 * **Keys stay inside the root.** Every key and prefix goes through
   :func:`~zarrx.storage.paths.validate_key`; ``..`` or a leading ``/`` raise
-  :class:`~zarrx.errors.InvalidPathError`.
+  :class:`~zarrx.errors.InvalidPathError`. Every read, write and deletion is resolved
+  inside the root by :class:`~zarrx.storage.containment.RootFolder`: symbolic links that
+  stay inside are followed, none that leaves it is written or deleted through, and reads
+  through one raise :class:`~zarrx.errors.OutsideStoreError` unless the store was made
+  with ``follow_external_links=True``. Listings show only what the store can read;
+  :meth:`LocalStore.external_links` lists the links out of the root.
 * **No empty folders.** :meth:`LocalStore.delete` and
   :meth:`LocalStore.delete_prefix` remove the folders they leave empty, up to
   (not including) the root, so a deleted node does not linger as a prefix in
@@ -32,17 +37,13 @@ ranges.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import re
-import shutil
-import stat
-import uuid
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
+from zarrx.storage.containment import RootFolder
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, Store, byte_bounds
 
@@ -60,65 +61,11 @@ def is_temporary_name(name: str) -> bool:
     return name[:1] == "." and name.endswith(".tmp") and _TEMPORARY_NAME.fullmatch(name) is not None
 
 
-# -- reading and writing one file ---------------------------------------------------
+# -- reading one file --------------------------------------------------------------------
 def _read_range(file: BinaryIO, byte_range: ByteRequest) -> bytes:
     start, end = byte_bounds(byte_range, os.fstat(file.fileno()).st_size)
     file.seek(start)
     return file.read(end - start)
-
-
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # not on Windows
-_SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-
-
-def _open_regular_file(path: str, flags: int) -> int:
-    """``open`` opener for reads: refuse what is not a regular file before reading from it.
-
-    ``O_NONBLOCK`` keeps the open of a FIFO without a writer from blocking (it changes nothing
-    for regular files); a folder is left to ``open``, which raises IsADirectoryError.
-    """
-    descriptor = os.open(path, flags | _NONBLOCK)
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            kind = _SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
-            raise OSError(errno.EINVAL, f"not a regular file but {kind}", path)
-    except BaseException:
-        os.close(descriptor)
-        raise
-    return descriptor
-
-
-def _open_exclusive(path: str, directory: str) -> BinaryIO:
-    """Create ``path`` for writing, creating ``directory`` as needed.
-
-    Retries because a concurrent :meth:`LocalStore.delete` may remove a folder
-    that has just become empty between our ``makedirs`` and ``open``.
-    """
-    attempts = 5
-    for attempt in range(attempts):
-        try:
-            return open(path, "xb")
-        except FileNotFoundError:
-            if attempt == attempts - 1:
-                raise
-            with contextlib.suppress(FileNotFoundError):
-                os.makedirs(directory, exist_ok=True)
-    raise AssertionError("unreachable")
-
-
-def _write_atomic(path: str, value: Any) -> None:
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    file = _open_exclusive(temporary, directory)
-    try:
-        with file:
-            file.write(value)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
 
 
 class LocalStore(Store):
@@ -131,12 +78,18 @@ class LocalStore(Store):
         creates it; reads from a missing root find nothing.
     read_only
         Refuse writes with :class:`~zarrx.errors.ReadOnlyError`.
+    follow_external_links
+        Read through symbolic links that leave the root (refused with
+        :class:`~zarrx.errors.OutsideStoreError` by default). Writes and deletions never
+        leave the root, whatever this says.
 
     Examples
     --------
-    >>> store = LocalStore(tmp_path / "data.zarr")  # doctest: +SKIP
-    >>> store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')  # doctest: +SKIP
-    >>> store.get("zarr.json", SuffixByteRequest(2))  # doctest: +SKIP
+    >>> import tempfile
+    >>> from zarrx.storage import SuffixByteRequest
+    >>> store = LocalStore(tempfile.mkdtemp() + "/data.zarr")
+    >>> store.set("zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    >>> store.get("zarr.json", SuffixByteRequest(2))
     b'"}'
     """
 
@@ -145,24 +98,31 @@ class LocalStore(Store):
     reads_are_local = True
     consistent_ranges = True
 
-    def __init__(self, root: str | os.PathLike[str], read_only: bool = False) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], read_only: bool = False, *, follow_external_links: bool = False
+    ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.read_only = read_only
+        self.follow_external_links = bool(follow_external_links)
+        self._folder = RootFolder(self.root, self.follow_external_links)
         # Keys join the root by concatenation, never os.path.join, which would
         # restart at an absolute component.
         self._prefix = os.path.join(self.root, "")
 
-    def _path(self, key: str) -> str:
-        return self._prefix + validate_key(key)
-
     def local_path(self, key: str) -> str:
-        return self._path(key)
+        return self._prefix + validate_key(key)
 
     @property
     def location(self) -> tuple[str, str]:
         return ("file", self.root)
 
+    def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
+        validate_prefix(prefix)
+        return self._folder.external_links(prefix.rstrip("/"))
+
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
+        if isinstance(error, StoreError):
+            return error
         return StoreError(f"could not {action} {key!r} in {self!r}: {error}")
 
     def _check_writable(self, key: str) -> None:
@@ -172,22 +132,23 @@ class LocalStore(Store):
             )
 
     # -- reading -----------------------------------------------------------------
-    def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
-        path = self._path(key)
+    def _read(self, key: str, use: Callable[[BinaryIO], Any]) -> Any:
+        """``use(file)`` on the file of ``key``; None when there is none."""
         try:
-            if byte_range is None:
-                with open(path, "rb", buffering=0, opener=_open_regular_file) as file:
-                    return file.read()
-            with open(path, "rb", opener=_open_regular_file) as file:
-                return _read_range(file, byte_range)
+            return self._folder.read(validate_key(key), use)
         except _MISSING:
             return None
         except PermissionError as error:
-            if os.path.isdir(path):  # Windows reports a folder this way
-                return None
+            if not isinstance(error, StoreError) and os.path.isdir(self.local_path(key)):
+                return None  # Windows reports a folder this way
             raise self._error("read", key, error) from error
         except OSError as error:
             raise self._error("read", key, error) from error
+
+    def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
+        if byte_range is None:
+            return self._read(key, _read_all)
+        return self._read(key, lambda file: _read_range(file, byte_range))
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         keys = list(keys)
@@ -203,31 +164,24 @@ class LocalStore(Store):
         results: list[bytes | None] = [None] * len(requests)
 
         def read_ranges(key: str) -> None:
-            path = self._path(key)
-            try:
-                with open(path, "rb", opener=_open_regular_file) as file:
-                    for position in positions[key]:
-                        results[position] = _read_range(file, requests[position][1])
-            except _MISSING:
-                return
-            except PermissionError as error:
-                if not os.path.isdir(path):
-                    raise self._error("read", key, error) from error
-            except OSError as error:
-                raise self._error("read", key, error) from error
+            def use(file: BinaryIO) -> None:
+                for position in positions[key]:
+                    results[position] = _read_range(file, requests[position][1])
+
+            self._read(key, use)
 
         map_concurrent(read_ranges, list(positions))
         return results
 
     def exists(self, key: str) -> bool:
-        return os.path.isfile(self._path(key))
+        return self._read(key, lambda file: True) is not None
 
     # -- writing -----------------------------------------------------------------
     def set(self, key: str, value: bytes) -> None:
-        path = self._path(key)
+        validate_key(key)
         self._check_writable(key)
         try:
-            _write_atomic(path, value)
+            self._folder.write(key, value)
         except OSError as error:
             raise self._error("write", key, error) from error
 
@@ -237,19 +191,12 @@ class LocalStore(Store):
         map_concurrent(lambda item: self.set(*item), list(items.items()))
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        validate_key(key)
         self._check_writable(key)
         try:
-            os.remove(path)
-        except _MISSING:
-            return
-        except PermissionError as error:
-            if os.path.isdir(path):  # macOS and Windows report a folder this way
-                return
-            raise self._error("delete", key, error) from error
+            self._folder.delete(key)
         except OSError as error:
             raise self._error("delete", key, error) from error
-        self._remove_empty_folders(os.path.dirname(path))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         keys = list(keys)
@@ -264,105 +211,95 @@ class LocalStore(Store):
             self.delete_many(list(self.list_prefix(prefix)))
             return
         try:
-            if prefix:
-                folder = self._prefix + prefix[:-1]
-                if _remove_folder(folder):
-                    self._remove_empty_folders(os.path.dirname(folder))
-            else:
-                # Empty the root but keep it: it is the store.
-                with os.scandir(self.root) as scan:
-                    entries = list(scan)
-                for entry in entries:
-                    if not _remove_folder(entry.path):
-                        os.remove(entry.path)
-        except _MISSING:
-            return
+            self._folder.delete_folder(prefix[:-1])
         except OSError as error:
             raise self._error("delete", prefix, error) from error
-
-    def _remove_empty_folders(self, folder: str) -> None:
-        """Remove ``folder`` and its parents while they are empty, stopping at the root."""
-        while len(folder) > len(self.root) and folder.startswith(self._prefix):
-            try:
-                os.rmdir(folder)
-            except OSError:  # not empty (or already gone, or not ours to remove): stop
-                return
-            folder = os.path.dirname(folder)
 
     # -- listing -----------------------------------------------------------------
     def list_prefix(self, prefix: str) -> Iterator[str]:
         validate_prefix(prefix)  # now, not at the first next()
         folder_key, _, name_start = prefix.rpartition("/")
-        folder = self._prefix + folder_key if folder_key else self.root
-        return self._walk(prefix, folder, folder_key + "/" if folder_key else "", name_start)
+        return self._walk(prefix, folder_key, name_start)
 
-    def _walk(self, prefix: str, folder: str, key_prefix: str, name_start: str) -> Iterator[str]:
-        """The keys of the files below ``folder``; only its own entries must start with ``name_start``."""
-        stack = [(folder, key_prefix, name_start)]
+    def _walk(self, prefix: str, folder_key: str, name_start: str) -> Iterator[str]:
+        """The keys of the files below ``folder_key``; only its own entries must start with ``name_start``.
+
+        A linked folder is followed once (no cycles) when it stays inside the root; links out of
+        the root are not followed unless the store allows it (``external_links`` lists them).
+        """
+        stack = [(folder_key, name_start)]
         seen_links: set[tuple[int, int]] = set()
         while stack:
-            folder, key_prefix, name_start = stack.pop()
-            try:
-                with os.scandir(folder) as scan:
-                    entries = [entry for entry in scan if entry.name.startswith(name_start)]
-            except _MISSING:
-                continue
-            except OSError as error:
-                raise self._error("list", prefix, error) from error
+            folder_key, name_start = stack.pop()
+            entries = self._scan(prefix, folder_key)
             for entry in entries:
-                if _is_folder(entry, seen_links):
-                    stack.append((entry.path, f"{key_prefix}{entry.name}/", ""))
-                elif not is_temporary_name(entry.name):
-                    yield key_prefix + entry.name
+                if not entry.name.startswith(name_start):
+                    continue
+                key = f"{folder_key}/{entry.name}" if folder_key else entry.name
+                kind = self._entry_kind(entry, key, seen_links)
+                if kind == "folder":
+                    stack.append((key, ""))
+                elif kind == "file" and not is_temporary_name(entry.name):
+                    yield key
 
-    def list_dir(self, prefix: str) -> list[str]:
-        validate_prefix(prefix)
-        folder = self._prefix + prefix.rstrip("/") if prefix else self.root
+    def _scan(self, prefix: str, folder_key: str) -> list[os.DirEntry[Any]]:
         try:
-            with os.scandir(folder) as scan:
-                return sorted(entry.name for entry in scan if not is_temporary_name(entry.name))
+            return self._folder.scan(folder_key)
         except _MISSING:
             return []
         except OSError as error:
             raise self._error("list", prefix, error) from error
 
+    def _entry_kind(self, entry: os.DirEntry[Any], key: str, seen_links: set[tuple[int, int]]) -> str:
+        """'folder' to descend into, 'file' to list, '' to skip (a link out of the root, a cycle)."""
+        try:
+            if not entry.is_symlink():
+                return "folder" if entry.is_dir(follow_symlinks=False) else "file"
+            kind = self._folder.kind(key)
+            if kind == "outside":
+                if not self.follow_external_links:
+                    return ""
+                kind = "folder" if os.path.isdir(os.path.join(self.root, key)) else "file"
+            if kind == "folder":
+                identity = self._folder.identity(key)
+                if identity in seen_links:
+                    return ""
+                seen_links.add(identity)
+            return kind
+        except OSError:
+            return ""
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """The names under ``prefix``; a link out of the root only when the store follows such links."""
+        validate_prefix(prefix)
+        folder_key = prefix.rstrip("/")
+        return sorted(
+            entry.name for entry in self._scan(prefix, folder_key)
+            if not is_temporary_name(entry.name) and not self._leaves_root(entry, folder_key)
+        )  # fmt: skip
+
+    def _leaves_root(self, entry: os.DirEntry[Any], folder_key: str) -> bool:
+        """Whether ``entry`` is a link out of the root that this store does not follow."""
+        if self.follow_external_links or not entry.is_symlink():
+            return False
+        return self._folder.kind(f"{folder_key}/{entry.name}" if folder_key else entry.name) == "outside"
+
     # -- identity ----------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LocalStore) and (other.root, other.read_only) == (self.root, self.read_only)
+        return isinstance(other, LocalStore) and (other.root, other.read_only, other.follow_external_links) == (
+            self.root,
+            self.read_only,
+            self.follow_external_links,
+        )
 
     def __hash__(self) -> int:
-        return hash((LocalStore, self.root, self.read_only))
+        return hash((LocalStore, self.root, self.read_only, self.follow_external_links))
 
     def __repr__(self) -> str:
-        flag = ", read_only=True" if self.read_only else ""
-        return f"LocalStore({self.root!r}{flag})"
+        flags = ", read_only=True" if self.read_only else ""
+        flags += ", follow_external_links=True" if self.follow_external_links else ""
+        return f"LocalStore({self.root!r}{flags})"
 
 
-def _is_folder(entry: os.DirEntry[str], seen_links: set[tuple[int, int]]) -> bool:
-    """Whether to descend into ``entry``; a linked folder is followed once (no cycles)."""
-    try:
-        if not entry.is_dir():
-            return False
-        if entry.is_symlink():
-            status = entry.stat()
-            identity = (status.st_dev, status.st_ino)
-            if identity in seen_links:
-                return False
-            seen_links.add(identity)
-        return True
-    except OSError:
-        return False
-
-
-def _remove_folder(path: str) -> bool:
-    """Remove the folder at ``path`` with everything in it (only the link, for a linked folder).
-
-    False, removing nothing, when ``path`` is not a folder.
-    """
-    if not os.path.isdir(path):
-        return False
-    if os.path.islink(path):
-        os.remove(path)
-    else:
-        shutil.rmtree(path)
-    return True
+def _read_all(file: BinaryIO) -> bytes:
+    return file.read()

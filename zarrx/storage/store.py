@@ -28,6 +28,10 @@ than test its class (zarr-python 3's ``supports_*``):
 ``local_path(key)``            the file holding ``key`` on this machine, or None
 ``location``                   what identifies the stored data: two stores with equal locations
                                hold the same keys (the same folder, dict or URL)
+``follow_external_links``      reads follow symbolic links out of the store's root folder
+                               (writes and deletions never do; see :mod:`zarrx.storage.containment`)
+``external_links(prefix)``     ``(key, target)`` of the links below ``prefix`` that leave the
+                               root (``[]`` for stores without links)
 =============================  ==========================================================
 
 :class:`WrapperStore` forwards every method and ability to the store it wraps, so a wrapper
@@ -202,10 +206,15 @@ class Store(ABC):
     process_local: bool = False
     consistent_ranges: bool = False
     preferred_concurrency: int = 1
+    follow_external_links: bool = False
 
     def local_path(self, key: str) -> str | None:
         """The file on this machine that holds ``key`` (whether it exists or not), or None."""
         return None
+
+    def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
+        """``(key, target)`` of each symbolic link below ``prefix`` that leaves the store's root."""
+        return []
 
     @property
     def location(self) -> Any:
@@ -338,12 +347,19 @@ class WrapperStore(Store):
         return self.inner.preferred_concurrency
 
     @property
+    def follow_external_links(self) -> bool:  # type: ignore[override]
+        return self.inner.follow_external_links
+
+    @property
     def location(self) -> Any:
         return self.inner.location
 
     # -- methods ---------------------------------------------------------------------------
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(key)
+
+    def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
+        return self.inner.external_links(prefix)
 
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         return self.inner.get(key, byte_range)

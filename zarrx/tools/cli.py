@@ -12,14 +12,16 @@ when it is JSON -- ``anon=true``, ``block_size=0`` -- else kept as text), passed
 ``zarrx verify URL``
     Decode every stored chunk in parallel with a progress bar (:func:`zarrx.verify`), list
     the corrupt, truncated and checksum-failing chunks by key and the missing ones; exit
-    status 1 when a chunk or metadata document is bad.
+    status 1 when a chunk or metadata document is bad, or the node is an unfinished convert
+    (``--require-all-chunks``: or a chunk is missing, said array by array).
 ``zarrx consolidate URL``
     Write consolidated metadata (:func:`zarrx.consolidate_metadata`).
 ``zarrx convert SRC DST``
     Copy a Zarr v2, 2022-draft or v3 hierarchy to Zarr v3 (:func:`zarrx.convert`),
     optionally re-chunking (``--chunks 100,100``), sharding (``--shards``) and
     re-compressing (``--compressor zstd:5``); ``--migrate-in-place`` writes v3 metadata
-    beside v2 metadata and keeps the chunks (:func:`zarrx.migrate_v2_to_v3`).
+    beside v2 metadata and keeps the chunks (:func:`zarrx.migrate_v2_to_v3`). Running it
+    again after an interruption resumes it; ``--overwrite`` starts over.
 ``zarrx demo [DIR]``
     Write a synthetic weather dataset (time x lat x lon, CF attributes, sharded) with
     xarray, open it lazily with ``engine="zarrx"``, reduce it in parallel with dask and
@@ -38,18 +40,22 @@ import os
 import re
 import sys
 import time
+import warnings
 from importlib.metadata import version
 from typing import Any, Callable, Iterator, Sequence
 
+from zarrx.codecs.normalize import as_codecs, codec_from_name, with_level
 from zarrx.errors import NodeNotFoundError, UsageError, ZarrxError
 from zarrx.nodes.api import consolidate_metadata, open as open_any
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.tools import display
+from zarrx.storage import make_store
 from zarrx.tools.conversion import convert, migrate_v2_to_v3
+from zarrx.tools.convert_job import read_job
 from zarrx.tools.demo import run_demo
 from zarrx.tools.progress import ProgressBar
-from zarrx.tools.verify import verify
+from zarrx.tools.verify import VerifyReport, verify
 
 __all__ = ["main"]
 
@@ -99,9 +105,6 @@ def run_tree(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     node = open_node(args.url, args.path, parse_storage_options(args.storage_option))
     print(display.info_text(node, stored=not args.metadata_only))
-    if isinstance(node, Group):
-        print("Members:")
-        print(display.tree_text(node, max_depth=1, max_children=50))
     return 0
 
 
@@ -115,9 +118,24 @@ def run_verify(args: argparse.Namespace) -> int:
     if not report.ok:
         return EXIT_PROBLEMS
     if args.require_all_chunks and report.missing_count:
-        print(f"FAILED: {report.missing_count} chunk(s) missing (--require-all-chunks)")
+        print(missing_text(report))
         return EXIT_PROBLEMS
     return 0
+
+
+def missing_text(report: VerifyReport) -> str:
+    """What ``--require-all-chunks`` found missing, array by array, and why that fails the check."""
+    missing = [array for array in report.arrays if array.missing]
+    lines = [f"FAILED (--require-all-chunks): {report.missing_count} stored object(s) missing in {len(missing)} array(s):"]
+    for array in missing:
+        example = f", e.g. {array.missing_keys[0]}" if array.missing_keys else ""
+        lines.append(f"  /{array.path}: {array.missing} of {array.nchunks} {array.objects} missing{example}")
+    lines.append(
+        "A missing chunk reads as the array's fill value, which Zarr allows (writers leave out chunks holding "
+        "only the fill value), but --require-all-chunks asks for every chunk: a write that was interrupted or "
+        "never ran leaves the same gaps, and the fill value read there is not data."
+    )
+    return "\n".join(lines)
 
 
 def run_consolidate(args: argparse.Namespace) -> int:
@@ -132,10 +150,6 @@ def run_consolidate(args: argparse.Namespace) -> int:
 
 
 # -- convert ----------------------------------------------------------------------------------
-
-#: --compressor NAME[:LEVEL] -> the codec JSON (``None``: the level member's name)
-_COMPRESSORS = {"zstd": "level", "gzip": "level", "blosc": "clevel"}
-
 
 def parse_shape_option(text: str | None, option: str) -> int | tuple[int, ...] | dict[str, int] | None:
     """``"100,100"`` (or ``"100"``, ``"-1,50"``) as ints; ``"time=24,lat=90"`` as lengths by
@@ -157,35 +171,30 @@ def parse_shape_option(text: str | None, option: str) -> int | tuple[int, ...] |
 
 
 def parse_compressor_option(text: str) -> Any:
-    """``keep``, ``auto``, ``none``, ``zstd[:LEVEL]``, ``gzip[:LEVEL]``, ``blosc[:CLEVEL]`` or codec JSON."""
+    """``keep``, ``auto``, ``none``, ``NAME[:LEVEL]`` (any codec name, ``zstd:5``, ``blosc:9``,
+    ``zlib``) or codecs as JSON, as the codecs :func:`zarrx.convert` takes; a mistake is refused
+    here, before anything is read or written."""
     if text in ("keep", "auto"):
         return text
     if text == "none":
         return None
     if text.lstrip().startswith(("{", "[")):
         try:
-            return json.loads(text)
+            return list(as_codecs(json.loads(text), "--compressor"))
         except ValueError as error:
+            if isinstance(error, ZarrxError):
+                raise
             raise UsageError(f"--compressor: not valid JSON ({error}): {text!r}") from None
     name, _, level = text.partition(":")
-    if name not in _COMPRESSORS:
-        raise UsageError(
-            f"--compressor: expected keep, auto, none, {', '.join(f'{n}[:LEVEL]' for n in _COMPRESSORS)} "
-            f"or a codec's JSON, found {text!r}"
-        )
-    configuration: dict[str, Any] = {}
-    if name == "blosc":
-        configuration = {"cname": "zstd", "clevel": 5, "shuffle": "shuffle"}
-    elif name == "zstd":
-        configuration = {"level": 0}
-    else:
-        configuration = {"level": 5}
+    codec = codec_from_name(name, "--compressor")
     if level:
         try:
-            configuration[_COMPRESSORS[name]] = int(level)
-        except ValueError:
+            codec = with_level(codec, int(level), "--compressor")
+        except ValueError as error:
+            if isinstance(error, ZarrxError):
+                raise
             raise UsageError(f"--compressor: the level of {name} is an integer, found {level!r}") from None
-    return [{"name": name, "configuration": configuration}]
+    return [codec]
 
 
 def parse_storage_options(items: Sequence[str] | None) -> dict[str, Any] | None:
@@ -204,35 +213,52 @@ def parse_storage_options(items: Sequence[str] | None) -> dict[str, Any] | None:
     return options
 
 
+@contextlib.contextmanager
+def warnings_on_stderr() -> Iterator[None]:
+    """Warnings (a v2 mask xarray cannot keep in v3, ...) as one ``zarrx: warning:`` line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for warning in caught:
+                print(f"zarrx: warning: {_one_line(warning.message)}", file=sys.stderr)
+
+
 def run_convert(args: argparse.Namespace) -> int:
     storage_options = parse_storage_options(args.storage_option)
     if args.migrate_in_place:
         if args.dst is not None:
             raise UsageError("--migrate-in-place rewrites SRC itself; give no DST")
-        if args.chunks or args.shards or args.compressor != "keep":
+        if args.chunks or args.shards or args.compressor != "keep" or args.consolidate is not None:
             raise UsageError(
-                "--migrate-in-place keeps the chunks as stored; --chunks, --shards and --compressor need a copy (give DST)"
+                "--migrate-in-place keeps the chunks as stored; --chunks, --shards, --compressor and --consolidate "
+                "need a copy (give DST)"
             )
-        node = migrate_v2_to_v3(args.src, args.path, storage_options=storage_options)
+        with warnings_on_stderr():
+            node = migrate_v2_to_v3(args.src, args.path, storage_options=storage_options)
         print(f"Migrated {args.src} in place: Zarr v3 metadata written beside the v2 metadata")
         print(display.tree_text(node))
         return 0
     if args.dst is None:
         raise UsageError("convert needs SRC and DST (or --migrate-in-place to rewrite SRC's metadata)")
-    started = time.perf_counter()
-    node = convert(
-        args.src,
-        args.dst,
+    dst_options = parse_storage_options(args.dst_storage_option) or storage_options
+    options = dict(
         path=args.path,
         chunks=parse_shape_option(args.chunks, "--chunks"),
         shards=parse_shape_option(args.shards, "--shards"),
         compressors=parse_compressor_option(args.compressor),
-        storage_options=storage_options,
-        dst_storage_options=parse_storage_options(args.dst_storage_option),
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
+        consolidate=args.consolidate,
     )
-    print(f"Converted {args.src} to Zarr v3 at {args.dst} in {time.perf_counter() - started:.2f} s")
+    resuming = not args.overwrite and read_job(make_store(args.dst, mode="r", storage_options=dst_options)) is not None
+    started = time.perf_counter()
+    with warnings_on_stderr():
+        node = convert(args.src, args.dst, **options, storage_options=storage_options, dst_storage_options=dst_options,
+                       overwrite=args.overwrite, progress=not args.no_progress)  # fmt: skip
+    consolidated = " (consolidated)" if isinstance(node, Group) and node.is_consolidated else ""
+    if resuming:
+        print(f"Resumed the interrupted convert into {args.dst}: the stored chunks that decode were kept")
+    print(f"Converted {args.src} to Zarr v3 at {args.dst}{consolidated} in {time.perf_counter() - started:.2f} s")
     print(display.tree_text(node))
     return 0
 
@@ -284,12 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--shards", help="shard shape, a multiple of the chunks, e.g. 1000,1000 or time=240")
     convert.add_argument(
         "--compressor", default="keep",
-        help="keep (default), auto, none, zstd[:LEVEL], gzip[:LEVEL], blosc[:CLEVEL] or a codec list as JSON",
+        help="keep (default), auto, none, a codec name with an optional level (zstd:5, gzip:9, blosc:9, lz4, zlib:3) "
+        "or a codec list as JSON",
     )  # fmt: skip
+    convert.add_argument("--consolidate", action=argparse.BooleanOptionalAction, default=None,
+                         help="consolidate DST's metadata (default: when SRC's is)")  # fmt: skip
     convert.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                          help="fsspec option for SRC (and DST), repeatable; values are JSON or text")  # fmt: skip
     convert.add_argument("--dst-storage-option", action="append", metavar="KEY=VALUE", help="fsspec option for DST only")
-    convert.add_argument("--overwrite", action="store_true", help="replace what DST holds")
+    convert.add_argument("--overwrite", action="store_true",
+                         help="replace what DST holds (also an interrupted convert into DST, which a rerun resumes)")  # fmt: skip
     convert.add_argument("--no-progress", action="store_true", help="no progress bar")
     convert.add_argument(
         "--migrate-in-place", action="store_true",

@@ -3,20 +3,26 @@
 Two ways:
 
 * :func:`convert` copies a hierarchy (or one array) into a new Zarr v3 store, in parallel
-  with dask (one task per chunk, see :mod:`zarrx.dask`), with a progress bar. Values,
-  attributes and dimension names are kept (a v2 ``_ARRAY_DIMENSIONS`` attribute becomes the
-  array's ``dimension_names``); the chunks, shards, compressors and filters may be changed on
-  the way, which also makes it the tool to re-chunk, shard or re-compress v3 data.
-* :func:`migrate_v2_to_v3` rewrites only the metadata of a v2 hierarchy, in place: a
-  ``zarr.json`` beside every ``.zarray``/``.zgroup`` (which stay, so v2 readers still work),
-  describing the chunks that are already stored -- the ``v2`` chunk key encoding with the
-  array's separator, a ``transpose`` for ``order: "F"``, the v2 filters and compressor as v3
-  codecs (``blosc``, ``zstd``, ``gzip`` as themselves, everything else as the
-  ``numcodecs.<id>`` codecs zarr-python writes), the ``bytes`` codec with the stored byte
-  order, or ``vlen-utf8`` / ``vlen-bytes`` for object arrays. This is what zarr-python's
-  ``zarr migrate v3`` does. When some array has no v3 equivalent (``vlen-array`` objects,
-  mixed byte orders in a structured type, a filter no v3 codec reproduces) nothing is
-  written and the error names the array and the reason.
+  with dask (one task per new chunk or shard, or per few of them), with a progress bar.
+  The chunks, shards, compressors and filters may be changed on the way, which also makes it
+  the tool to re-chunk, shard or re-compress v3 data.
+* :func:`~zarrx.tools.migration.migrate_v2_to_v3` rewrites only the metadata of a v2
+  hierarchy, in place (:mod:`zarrx.tools.migration`).
+
+**Values never change.** The copy holds the source's values, attributes and dimension names,
+and xarray decodes it as it decodes the source (the CF rules of :func:`v3_attributes`: a v2
+fill value becomes the ``_FillValue`` attribute xarray masks by in v3). Consolidated metadata
+is consolidated again (or on request, ``consolidate=True``).
+
+**Nothing is written before everything is checked.** Every array's new metadata is built
+first, by the code :func:`zarrx.create_array` runs, so shards that are not a multiple of the
+chunks, shapes of the wrong rank and unknown compressors are refused with the errors
+``create_array`` gives (naming the array), before the destination is touched.
+
+**An interrupted convert never looks complete** (:mod:`zarrx.tools.convert_job`): the
+destination carries a mark until its last chunk and document are written, its metadata is
+written last, ``zarrx verify`` reports it incomplete, and running the same convert again
+resumes it, copying only what is not already stored and verified.
 
 Both refuse data types that exist only in v2 (structured types with subarray fields,
 ``vlen-array``) with :class:`~zarrx.errors.UnsupportedExtensionError`.
@@ -24,234 +30,82 @@ Both refuse data types that exist only in v2 (structured types with subarray fie
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+import functools
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-from zarrx.codecs import BloscCodec, BytesCodec, GzipCodec, TransposeCodec, VLenBytesCodec, VLenUTF8Codec, ZstdCodec
-from zarrx.codecs.base import ChunkSpec, Codec
-from zarrx.codecs.pipeline import CodecPipeline
-from zarrx.codecs.registry import codec_from_json
+from zarrx.codecs.base import Codec
+from zarrx.codecs.normalize import codec_from_numcodecs
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.v2 import OBJECT_CODEC_IDS
-from zarrx.dtypes.base import DataType
-from zarrx.dtypes.v2 import NumpyV2Type, VLenArrayType
-from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, UnsupportedExtensionError, UsageError
-from zarrx.metadata.chunk_grid import RegularChunkGrid
-from zarrx.metadata.chunk_key_encoding import V2ChunkKeyEncoding
-from zarrx.metadata.node import ArrayMetadata, GroupMetadata
-from zarrx.metadata.protocol import NodeMetadata
-from zarrx.metadata.v2 import DIMENSIONS_ATTRIBUTE, ArrayMetadataV2
-from zarrx.nodes.api import create_group, open as open_node
+from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, UsageError
+from zarrx.metadata.node import ArrayMetadata, GroupMetadata, decode_json
+from zarrx.nodes.api import open as open_node
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.nodes.hierarchy import ZARR_JSON, read_node
+from zarrx.nodes.metadata_builder import build_array_metadata, parse_chunks, parse_shards
 from zarrx.storage import make_store
 from zarrx.storage.paths import join_key, normalize_path
 from zarrx.storage.store import Store
+from zarrx.tools.convert_job import JOB_KEY, ConvertJob, read_job, remove_temporary_files, verified_objects
+from zarrx.tools.migration import check_v3_type, consolidated_root, migrate_v2_to_v3, v3_attributes, v3_metadata_for_v2
 
 __all__ = ["convert", "migrate_v2_to_v3", "v3_metadata_for_v2"]
 
-#: blosc's shuffle as numcodecs numbers it -> the v3 name (-1, AUTOSHUFFLE, is resolved by item size)
-_BLOSC_SHUFFLES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+
+# -- the new metadata of every array, checked before anything is written ---------------------
 
 
-# -- v2 codecs as v3 codecs -----------------------------------------------------------------
+def _lengths(value: Any, array: Array, current: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """``value`` for this array as one length per axis (-1 kept), None when it says nothing for it.
 
-
-def _blosc(config: dict[str, Any], item_size: int) -> Codec:
-    shuffle = config.get("shuffle", 1)
-    name = _BLOSC_SHUFFLES.get(shuffle, "bitshuffle" if item_size == 1 else "shuffle")
-    return BloscCodec(cname=config.get("cname", "lz4"), clevel=config.get("clevel", 5), shuffle=name,
-                      typesize=max(1, item_size), blocksize=config.get("blocksize", 0))  # fmt: skip
-
-
-#: v2 compressors with a core v3 codec of the same bytes (as zarr-python's ``migrate v3`` maps them)
-V3_COMPRESSORS = {
-    "blosc": _blosc,
-    "zstd": lambda config, item_size: ZstdCodec(level=config.get("level", 0), checksum=bool(config.get("checksum", False))),
-    "gzip": lambda config, item_size: GzipCodec(level=config.get("level", 5)),
-}
-
-
-def _numcodecs_codec(config: dict[str, Any], field_name: str) -> Codec:
-    """The ``numcodecs.<id>`` v3 codec for a v2 codec configuration."""
-    name = f"numcodecs.{config['id']}"
-    configuration = {key: value for key, value in config.items() if key != "id"}
-    try:
-        codec = codec_from_json({"name": name, "configuration": configuration}, field_name)
-    except UnsupportedExtensionError:
-        raise UnsupportedExtensionError(
-            f"{field_name}: the v2 codec {config['id']!r} has no Zarr v3 codec in zarrx ({name})"
-        ) from None
-    if codec is None:  # codec_from_json drops only codecs marked must_understand: false
-        raise UnsupportedExtensionError(f"{field_name}: no Zarr v3 codec for {config!r}")
-    return codec
-
-
-def v2_compressor_as_v3(config: dict[str, Any], item_size: int, field_name: str = "compressor") -> Codec:
-    build = V3_COMPRESSORS.get(config["id"])
-    return build(config, item_size) if build is not None else _numcodecs_codec(config, field_name)
-
-
-def _byte_order(dtype: np.dtype) -> set[str]:
-    """The byte orders ('<' or '>') of the multi-byte scalars in a stored dtype."""
-    if dtype.names is not None:
-        return set().union(*(_byte_order(dtype.fields[name][0]) for name in dtype.names))
-    if dtype.subdtype is not None:
-        return _byte_order(dtype.subdtype[0])
-    return {dtype.str[0]} if dtype.str[0] in "<>" and dtype.itemsize > 1 and dtype.kind != "V" else set()
-
-
-def _serializer(metadata: ArrayMetadataV2, where: str) -> tuple[Codec, list[dict[str, Any]]]:
-    """The v3 array -> bytes codec for the stored dtype, and the filters left to map."""
-    filters = list(metadata.filters)
-    if metadata.stored_dtype.kind == "O":
-        codec_id = metadata.data_type.name
-        if filters and filters[0]["id"] in OBJECT_CODEC_IDS and len(filters) == 1 and codec_id in ("string", "bytes"):
-            return (VLenUTF8Codec() if codec_id == "string" else VLenBytesCodec()), []
-        raise UnsupportedExtensionError(
-            f"{where}: object arrays migrate to v3 only with a lone vlen-utf8 or vlen-bytes filter, found "
-            f"filters {[f['id'] for f in filters]} (convert copies them instead, where a v3 type exists)"
-        )
-    orders = _byte_order(metadata.stored_dtype)
-    if len(orders) > 1:
-        raise UnsupportedExtensionError(
-            f"{where}: the fields of dtype {metadata.stored_dtype} have mixed byte orders; the v3 bytes codec "
-            "has one (use zarrx.convert to copy the data instead)"
-        )
-    endian = {"<": "little", ">": "big"}.get(next(iter(orders), ""), None)
-    return BytesCodec(endian=endian), filters
-
-
-def v3_metadata_for_v2(metadata: ArrayMetadataV2, where: str = "array") -> ArrayMetadata:
-    """Zarr v3 metadata that reads the chunks of a v2 array as they are stored.
-
-    Raises UnsupportedExtensionError (naming ``where``) when the chunks cannot be described in v3.
-    """
-    _check_v3_type(metadata.data_type, where)
-    codecs: list[Codec] = []
-    if metadata.order == "F" and metadata.ndim > 1:
-        # v2 F order lays a chunk out as its transpose in C order (zarr-python's migrate does the same)
-        codecs.append(TransposeCodec(order=tuple(reversed(range(metadata.ndim)))))
-    serializer, filters = _serializer(metadata, where)
-    codecs += [_numcodecs_codec(config, f"{where}: filters[{i}]") for i, config in enumerate(filters)]
-    codecs.append(serializer)
-    if metadata.compressor is not None:
-        codecs.append(v2_compressor_as_v3(metadata.compressor, metadata.stored_dtype.itemsize, f"{where}: compressor"))
-    spec = ChunkSpec(metadata.chunks, metadata.data_type, metadata.fill_value)
-    try:
-        pipeline = CodecPipeline.from_codecs(codecs).evolve_from_spec(spec)
-        attributes, dimension_names = _v3_attributes(metadata)
-        return ArrayMetadata(
-            shape=metadata.shape,
-            data_type=metadata.data_type,
-            chunk_grid=RegularChunkGrid(metadata.chunks),
-            chunk_key_encoding=V2ChunkKeyEncoding(metadata.dimension_separator),
-            fill_value=metadata.fill_value,
-            codecs=pipeline,
-            attributes=attributes,
-            dimension_names=dimension_names,
-        )
-    except UnsupportedExtensionError:
-        raise
-    except MetadataError as error:
-        raise UnsupportedExtensionError(f"{where}: no Zarr v3 equivalent of the v2 chunk encoding: {error}") from None
-
-
-def _check_v3_type(data_type: DataType, where: str) -> None:
-    if isinstance(data_type, (NumpyV2Type, VLenArrayType)):
-        raise UnsupportedExtensionError(f"{where}: the v2 data type {data_type.to_json()!r} has no Zarr v3 equivalent")
-
-
-def _v3_attributes(metadata: NodeMetadata) -> tuple[dict[str, Any], tuple[str | None, ...] | None]:
-    """Attributes and dimension names for v3: a valid v2 ``_ARRAY_DIMENSIONS`` becomes ``dimension_names``."""
-    attributes = dict(metadata.attributes)
-    names = getattr(metadata, "dimension_names", None)  # groups have none
-    if metadata.zarr_format == 2 and names is not None:
-        attributes.pop(DIMENSIONS_ATTRIBUTE, None)
-    return attributes, names
-
-
-# -- migrate in place -------------------------------------------------------------------------
-
-
-def migrate_v2_to_v3(store: Any, path: str = "", *, storage_options: dict[str, Any] | None = None) -> Array | Group:
-    """Write Zarr v3 metadata beside the v2 metadata of the hierarchy at ``path``, keeping every chunk.
-
-    Every node below ``path`` gets a ``zarr.json`` (written in one batch, after all of them
-    were worked out); ``.zarray``, ``.zgroup``, ``.zattrs`` and the chunks are untouched.
-    Returns the node opened as v3.
-
-    Raises
-    ------
-    UnsupportedExtensionError
-        Some array has no v3 equivalent (see the module docstring); nothing is written.
-    ContainsArrayError, ContainsGroupError
-        A ``zarr.json`` already exists there (migrated before?); nothing is written.
-
-    Examples
-    --------
-    >>> import zarrx, numcodecs
-    >>> store = {}
-    >>> arr = zarrx.create_array(store, "x", shape=(4,), chunks=(2,), dtype="<i2", zarr_format=2,
-    ...                          compressors=numcodecs.Zlib(level=1), fill_value=0)
-    >>> arr[:] = [1, 2, 3, 4]
-    >>> root = zarrx.migrate_v2_to_v3(store)
-    >>> root["x"].metadata.codecs.to_json()[-1]["name"], root["x"][:].tolist()
-    ('numcodecs.zlib', [1, 2, 3, 4])
-    """
-    zstore = make_store(store, mode="r+", storage_options=storage_options)
-    path = normalize_path(path)
-    node = open_node(zstore, path, mode="r+", zarr_format=2)
-    nodes = [(path, node)]
-    if isinstance(node, Group):
-        nodes += [(join_key(path, name), child) for name, child in node.members(max_depth=None)]
-    documents = {}
-    for node_path, child in nodes:
-        metadata = child.metadata
-        if metadata.node_type == "array":
-            new: Any = v3_metadata_for_v2(metadata, f"array {'/' + node_path!r}")
-        else:
-            new = GroupMetadata(attributes=dict(metadata.attributes))
-        documents[join_key(node_path, ZARR_JSON)] = new.to_bytes()
-    existing = [key for key, value in zstore.get_many(list(documents)).items() if value is not None]
-    if existing:
-        raise (ContainsArrayError if node.metadata.node_type == "array" else ContainsGroupError)(
-            f"{existing[0]}: Zarr v3 metadata already exists (the hierarchy was migrated before?); "
-            f"{len(existing)} node(s) have a zarr.json; remove them to migrate again"
-        )
-    zstore.set_many(documents)
-    return open_node(zstore, path, mode="r", zarr_format=3)
-
-
-# -- convert by copying -----------------------------------------------------------------------
-
-
-def _normalize_chunks(
-    value: Any, array: Array, name: str, current: tuple[int, ...] | None = None
-) -> tuple[int, ...] | None:
-    """``value`` for this array: an int for every axis, -1 for a whole axis, lengths past the shape
-    cut to it. A mapping gives lengths by dimension name (``{"time": 24}``), the array's other
-    dimensions keeping ``current``; None when ``value`` says nothing for this array."""
+    A mapping gives lengths by dimension name (``{"time": 24}``), the array's other dimensions
+    keeping ``current``; an int is every axis."""
     if value is None:
         return None
     if isinstance(value, Mapping):
         names = array.dimension_names or (None,) * array.ndim
-        if current is None or not any(dim in value for dim in names):
+        if not any(dim in value for dim in names):
             return None
-        value = tuple(value.get(dim, length) if dim is not None else length for dim, length in zip(names, current))
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,) * array.ndim
-    value = tuple(value)
-    if len(value) != array.ndim:
-        raise UsageError(
-            f"{name}: {value} has {len(value)} lengths but array {array.name!r} has {array.ndim} dimensions "
-            f"(for arrays of different ranks, give lengths by dimension name: {{'time': 24, ...}})"
-        )
-    if any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or (c < 1 and c != -1) for c in value):
-        raise UsageError(f"{name}: expected positive lengths (or -1 for a whole axis), found {value}")
-    return tuple(max(1, s) if c == -1 else min(int(c), max(1, s)) for c, s in zip(value, array.shape))
+        return tuple(value.get(dim, length) if dim is not None else length for dim, length in zip(names, current))
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),) * array.ndim
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _whole_axes(lengths: tuple[Any, ...], sizes: tuple[int, ...]) -> tuple[Any, ...]:
+    """-1 (a whole axis) replaced by the axis size (at least 1)."""
+    if not isinstance(lengths, tuple) or len(lengths) != len(sizes):
+        return lengths  # create_array says what is wrong with it
+    return tuple(max(1, size) if length == -1 else length for length, size in zip(lengths, sizes))
+
+
+def _cut(lengths: tuple[int, ...], unit: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Lengths past the shape cut to the smallest multiple of ``unit`` covering it."""
+    return tuple(min(length, max(1, math.ceil(size / step)) * step) for length, step, size in zip(lengths, unit, shape))
+
+
+def _grid(array: Array, chunks: Any, shards: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The new chunk and shard shapes, checked as :func:`zarrx.create_array` checks them."""
+    shape = array.shape
+    if chunks is None and shards is None and any(isinstance(c, tuple) for c in array.chunks):
+        return array.chunks, array.shards  # a rectilinear grid kept as it is (create_array checks it)
+    given_chunks = _lengths(chunks, array, array.chunks)
+    new_chunks = _whole_axes(given_chunks, shape) if given_chunks is not None else array.chunks
+    new_chunks = parse_chunks(new_chunks, shape, array.metadata.data_type)
+    given_shards = _lengths(shards, array, array.shards or new_chunks)
+    if given_shards is None:
+        # the chunks kept, the shards too; new chunks alone are not sharded
+        return _cut(new_chunks, (1,) * len(shape), shape), array.shards if given_chunks is None else None
+    new_shards = _whole_axes(given_shards, tuple(max(1, math.ceil(s / c)) * c for s, c in zip(shape, new_chunks)))
+    new_shards = parse_shards(new_shards, new_chunks)
+    cut_chunks = _cut(new_chunks, (1,) * len(shape), shape)
+    return cut_chunks, _cut(new_shards, cut_chunks, shape)
 
 
 def _kept_codecs(array: Array) -> tuple[list[Codec], list[Codec]]:
@@ -262,45 +116,183 @@ def _kept_codecs(array: Array) -> tuple[list[Codec], list[Codec]]:
         if isinstance(pipeline.array_bytes, ShardingCodec):
             pipeline = pipeline.array_bytes.codecs
         return list(pipeline.array_array), list(pipeline.bytes_bytes)
-    filters: list[Codec] = []
     try:
-        filters = [_numcodecs_codec(c, "filters") for c in metadata.filters if c["id"] not in OBJECT_CODEC_IDS]
+        filters = [codec_from_numcodecs(c, "filters") for c in metadata.filters if c["id"] not in OBJECT_CODEC_IDS]
     except MetadataError:
         filters = []  # the values are copied decoded: filters no v3 codec reproduces are not needed
     compressors: list[Codec] = []
     if metadata.compressor is not None and metadata.compressor["id"] not in OBJECT_CODEC_IDS:
         try:
-            compressors = [v2_compressor_as_v3(metadata.compressor, metadata.stored_dtype.itemsize)]
+            compressors = [codec_from_numcodecs(metadata.compressor, "compressor")]
         except MetadataError:
-            compressors = [ZstdCodec(level=0)]
+            compressors = [codec_from_numcodecs({"id": "zstd", "level": 0}, "compressor")]
     return filters, compressors
-
-
-def _create_kwargs(array: Array, chunks: Any, shards: Any, compressors: Any, filters: Any) -> dict[str, Any]:
-    metadata = array.metadata
-    _check_v3_type(metadata.data_type, f"array {array.name!r}")
-    new_chunks = _normalize_chunks(chunks, array, "chunks", array.chunks) or array.chunks
-    new_shards = _normalize_chunks(shards, array, "shards", array.shards or new_chunks)
-    if new_shards is not None:  # a shard cut to the shape still holds whole chunks
-        new_shards = tuple(-(-s // c) * c for s, c in zip(new_shards, new_chunks))
-    elif tuple(new_chunks) == tuple(array.chunks):
-        new_shards = array.shards  # the chunks are kept, and so are the shards
-    kept_filters, kept_compressors = _kept_codecs(array)
-    attributes, dimension_names = _v3_attributes(metadata)
-    return dict(
-        dtype=metadata.data_type,
-        chunks=new_chunks,
-        shards=new_shards,
-        fill_value=metadata.fill_value,
-        filters=kept_filters if _is_keep(filters) else filters,
-        compressors=kept_compressors if _is_keep(compressors) else compressors,
-        attributes=attributes,
-        dimension_names=dimension_names,
-    )
 
 
 def _is_keep(value: Any) -> bool:
     return isinstance(value, str) and value == "keep"
+
+
+def target_metadata(array: Array, name: str, chunks: Any, shards: Any, compressors: Any, filters: Any) -> ArrayMetadata:
+    """The Zarr v3 metadata of the copy of ``array``; create_array's errors, naming the array."""
+    where = f"array {'/' + name!r}"
+    metadata = array.metadata
+    check_v3_type(metadata.data_type, where)
+    kept_filters, kept_compressors = _kept_codecs(array)
+    try:
+        new_chunks, new_shards = _grid(array, chunks, shards)
+        attributes, dimension_names = v3_attributes(metadata, where)
+        return build_array_metadata(
+            shape=array.shape,
+            dtype=metadata.data_type,
+            chunks=new_chunks,
+            shards=new_shards,
+            fill_value=metadata.fill_value,
+            filters=kept_filters if _is_keep(filters) else filters,
+            compressors=kept_compressors if _is_keep(compressors) else compressors,
+            attributes=attributes,
+            dimension_names=dimension_names,
+        )
+    except MetadataError as error:
+        hint = ""
+        if any(isinstance(v, (list, tuple)) and len(v) != array.ndim for v in (chunks, shards)):
+            hint = " (for arrays of different ranks, give lengths by dimension name: {'time': 24, ...})"
+        raise type(error)(f"{where} (shape {array.shape}): {error}{hint}") from None
+
+
+@dataclass
+class _Plan:
+    """Everything a convert writes, worked out before it writes anything."""
+
+    arrays: list[tuple[str, Array, ArrayMetadata]]
+    #: store key -> metadata document, the members' first and the root's last
+    documents: dict[str, bytes]
+
+    def job(self, source: str) -> ConvertJob:
+        return ConvertJob(source=source, documents={key: decode_json(raw, key) for key, raw in self.documents.items()})
+
+
+def _plan(source: Array | Group, consolidate: bool, **settings: Any) -> _Plan:
+    nodes: list[tuple[str, Array | Group]] = [("", source)]
+    if isinstance(source, Group):
+        nodes += list(source.members(max_depth=None))
+    arrays, documents = [], {}
+    for name, node in nodes:
+        if isinstance(node, Array):
+            metadata: Any = target_metadata(node, name, **settings)
+            arrays.append((name, node, metadata))
+        else:
+            metadata = GroupMetadata(attributes=v3_attributes(node.metadata, f"group {'/' + name!r}")[0])
+        documents[join_key(name, ZARR_JSON)] = metadata
+    encoded = {key: metadata.to_bytes() for key, metadata in documents.items()}
+    if consolidate and isinstance(source, Group):
+        members = {key: raw for key, raw in encoded.items() if key != ZARR_JSON}
+        encoded[ZARR_JSON] = consolidated_root(documents[ZARR_JSON], members, "").to_bytes()
+    root = encoded.pop(ZARR_JSON)
+    return _Plan(arrays, {**dict(sorted(encoded.items())), ZARR_JSON: root})
+
+
+# -- the destination --------------------------------------------------------------------------
+
+
+def _same_location(a: Store, b: Store) -> bool:
+    """Whether two stores hold the same data (one folder, one in-memory mapping, one URL)."""
+    return a.location == b.location
+
+
+def _start(store: Store, job: ConvertJob, overwrite: bool) -> bool:
+    """Make ``store`` ready for ``job``; True when it resumes an interrupted run of the same job."""
+    if overwrite:
+        store.delete_prefix("")
+        store.set(JOB_KEY, job.to_bytes())
+        return False
+    unfinished = read_job(store)
+    if unfinished is not None:
+        difference = unfinished.difference(job)
+        if difference is None:
+            remove_temporary_files(store)
+            return True
+        raise ContainsGroupError(
+            f"the destination {store!r} is an incomplete convert ({JOB_KEY} is there: it was interrupted), "
+            f"not this one: {difference}. Rerun it with its own source and settings to resume it, or pass "
+            "overwrite=True (--overwrite) to start over"
+        )
+    existing = read_node(store, "")
+    if existing is not None:
+        error = ContainsArrayError if existing.node_type == "array" else ContainsGroupError
+        raise error(
+            f"the destination {store!r} already holds a Zarr {existing.node_type}; "
+            "pass overwrite=True (--overwrite) to replace it"
+        )
+    stray = next(iter(store.list_prefix("")), None)
+    if stray is not None:
+        raise ContainsGroupError(
+            f"the destination {store!r} is not empty (it holds {stray!r}, and no Zarr node); "
+            "pass overwrite=True (--overwrite) to replace what it holds"
+        )
+    store.set(JOB_KEY, job.to_bytes())
+    return False
+
+
+def _finish(store: Store, documents: dict[str, bytes]) -> None:
+    """The metadata, the root's last, then the mark goes: the destination is complete."""
+    members = {key: raw for key, raw in documents.items() if key != ZARR_JSON}
+    if members:
+        store.set_many(members)
+    store.set(ZARR_JSON, documents[ZARR_JSON])
+    store.delete(JOB_KEY)
+
+
+# -- copying the chunks -----------------------------------------------------------------------
+
+
+def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ...]]) -> list[Any]:
+    """One dask task per block of the source aligned on the target's stored objects, but for the
+    blocks whose objects are all stored and verified already (``done``)."""
+    import dask
+    from zarrx.dask.alignment import align_blocks
+    from zarrx.dask.read import BlockSelections
+    from zarrx.dask.write import to_zarr, write_block
+
+    if not done:  # a new copy: dask's blockwise write, the read and write of a block fused in one task
+        return [to_zarr(source.to_dask(), target, compute=False, align="rechunk")]
+    offsets = (0,) * source.ndim
+    blocks = align_blocks(source.to_dask(), target, offsets, "rechunk")
+    unit = target.shards or target.chunks
+    selections = BlockSelections(blocks.chunks)
+    handle = target.handle.evolve(for_writing=True)
+    delayed = blocks.to_delayed()
+    # the handle bound outside the arguments, which dask would walk through (a dataclass) per task
+    write = dask.delayed(functools.partial(write_block, handle=handle, offset=offsets), pure=False)
+    tasks = []
+    for index in np.ndindex(*blocks.numblocks):
+        selection = selections[index]
+        if any(part.stop == part.start for part in selection):
+            continue  # an empty array
+        covered = [range(part.start // step, (part.stop - 1) // step + 1) for part, step in zip(selection, unit)]
+        if all(coords in done for coords in itertools.product(*covered)):
+            continue
+        tasks.append(write(delayed[index], selection=selection, dask_key_name=f"zarrx-convert-{name}-{index}"))
+    return tasks
+
+
+def _compute(tasks: list[Any], progress: bool) -> None:
+    import dask
+
+    if not tasks:
+        return
+    if progress:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar():
+            dask.compute(*tasks)
+    else:
+        dask.compute(*tasks)
+
+
+def _is_consolidated(store: Store, path: str) -> bool:
+    metadata = read_node(store, path, consolidated=True)
+    return getattr(metadata, "consolidated_metadata", None) is not None
 
 
 def convert(
@@ -312,6 +304,7 @@ def convert(
     shards: Any = None,
     compressors: Any = "keep",
     filters: Any = "keep",
+    consolidate: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     dst_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
@@ -319,8 +312,9 @@ def convert(
 ) -> Array | Group:
     """Copy the node at ``path`` of ``src`` (any format zarrx reads) to the root of ``dst`` as Zarr v3.
 
-    Groups are copied with everything below them. Chunks are copied in parallel by dask, one
-    task per (new) chunk or shard.
+    Groups are copied with everything below them (their members as stored, never as a stale
+    consolidated document lists them). Chunks are copied in parallel by dask. See the module
+    docstring for what is kept, checked and how an interrupted convert resumes.
 
     Parameters
     ----------
@@ -334,17 +328,20 @@ def convert(
         (``{"time": 24, "lat": 90}``: other dimensions, and arrays without those names, keep
         theirs); None keeps each array's chunks (its inner chunks when sharded).
     shards
-        Shard shape (a multiple of the chunks; a mapping by dimension name as for ``chunks``);
-        None keeps the source's shards when an array's chunks are kept, and writes no shards
-        otherwise.
+        Shard shape, a multiple of the chunks (-1: one shard along an axis; a mapping by
+        dimension name as for ``chunks``); None keeps the source's shards when an array's
+        chunks are kept, and writes no shards otherwise.
     compressors, filters
         ``"keep"`` (default) keeps the source's (a v2 compressor or filter without a v3 codec
-        becomes zstd / is dropped: the values are copied decoded); otherwise as for
-        :func:`zarrx.create_array` (``"auto"``, None, codecs or their JSON).
+        becomes zstd / is dropped: the values are copied decoded); otherwise anything
+        :func:`zarrx.create_array` takes (``"auto"``, None, codecs in any form, ``"zstd"``).
+    consolidate
+        Consolidate the destination's metadata; None (default) does when the source was.
     storage_options, dst_storage_options
         fsspec options for ``src`` and ``dst`` (``dst`` uses ``storage_options`` unless given).
     overwrite
-        Replace what is at the root of ``dst``; otherwise a non-empty ``dst`` is an error.
+        Delete what ``dst`` holds first; otherwise a ``dst`` holding anything but an interrupted
+        run of this same convert (which is resumed) is an error.
     progress
         Show dask's progress bar.
 
@@ -358,8 +355,6 @@ def convert(
     >>> v3.metadata.zarr_format, v3.chunks, v3.dimension_names, v3[:].tolist()
     (3, (3,), ('t',), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
     """
-    from zarrx.dask.write import to_zarr  # a layer below the tools; imported here so that import zarrx does not import dask
-
     source_store = make_store(src, mode="r", storage_options=storage_options)
     target_store = make_store(dst, mode="a", storage_options=dst_storage_options or storage_options)
     if _same_location(source_store, target_store):
@@ -367,56 +362,17 @@ def convert(
             f"dst is the source store itself ({target_store!r}); convert into a new location "
             "(or use migrate_v2_to_v3 to add v3 metadata in place)"
         )
-    source = open_node(source_store, normalize_path(path, allow_reserved=True), mode="r")
-    arrays: list[tuple[str, Array]] = []
-    groups: list[tuple[str, Group]] = []
-    if isinstance(source, Array):
-        arrays.append(("", source))
-    else:
-        groups.append(("", source))
-        for name, node in source.members(max_depth=None):
-            (arrays if isinstance(node, Array) else groups).append((name, node))
-    # every array's settings first: a refusal leaves dst untouched
-    plans = [(name, array, _create_kwargs(array, chunks, shards, compressors, filters)) for name, array in arrays]
-    _check_target(target_store, overwrite)
-    for name, group in groups:
-        attributes, _ = _v3_attributes(group.metadata)
-        create_group(target_store, name, attributes=attributes, overwrite=overwrite and not name)
-    writes = []
-    for name, array, kwargs in plans:
-        writes.append(
-            to_zarr(array.to_dask(), target_store, name, compute=False, align="rechunk",
-                    overwrite=overwrite and not name, **kwargs)  # fmt: skip
-        )
-    _compute(writes, progress)
+    path = normalize_path(path, allow_reserved=True)
+    source = open_node(source_store, path, mode="r", use_consolidated=False)
+    if consolidate is None:
+        consolidate = isinstance(source, Group) and _is_consolidated(source_store, path)
+    settings = dict(chunks=chunks, shards=shards, compressors=compressors, filters=filters)
+    plan = _plan(source, consolidate, **settings)  # every refusal happens here: dst is untouched
+    resumed = _start(target_store, plan.job(f"{source_store!r} {'/' + path!r}"), overwrite)
+    tasks = []
+    for name, array, metadata in plan.arrays:
+        done = verified_objects(target_store, name, metadata) if resumed else set()
+        tasks += _copy_tasks(name, array, Array(target_store, name, metadata), done)
+    _compute(tasks, progress)
+    _finish(target_store, plan.documents)
     return open_node(target_store, "", mode="r+")
-
-
-def _same_location(a: Store, b: Store) -> bool:
-    """Whether two stores hold the same data (one folder, one in-memory mapping, one URL)."""
-    return a.location == b.location
-
-
-def _check_target(store: Store, overwrite: bool) -> None:
-    existing = read_node(store, "")
-    if existing is not None and not overwrite:
-        error = ContainsArrayError if existing.node_type == "array" else ContainsGroupError
-        raise error(
-            f"the destination {store!r} already holds a Zarr {existing.node_type}; "
-            "pass overwrite=True (--overwrite) to replace it"
-        )
-
-
-def _compute(writes: Iterable[Any], progress: bool) -> None:
-    import dask
-
-    writes = list(writes)
-    if not writes:
-        return
-    if progress:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar():
-            dask.compute(*writes)
-    else:
-        dask.compute(*writes)

@@ -63,6 +63,11 @@ MAX_VALUE_CHARS = 200
 SHORT_DEFAULTS: dict[str, dict[str, Any]] = {"bytes": {"endian": "little"}, "zstd": {"checksum": False}}
 #: configuration members left out of the short form whatever their value
 SHORT_OMITTED: dict[str, set[str]] = {"zarr-v2": {"dtype", "order"}}
+#: the label column of :func:`info_text`, one width for arrays (sharded or not) and groups
+LABEL_WIDTH = len("Compression ratio")
+NOT_SHARDED = "not sharded"
+#: members a group's ``info_text`` lists
+MAX_MEMBERS_LISTED = 50
 
 
 # -- small formatting helpers ------------------------------------------------------------------
@@ -188,28 +193,30 @@ def describe(node: Any, *, stored: bool = False) -> list[tuple[str, str]]:
     """
     rows: list[tuple[str, str]] = []
     if _is_array(node):
-        grid = node.metadata.grid_shape
-        objects = "shards" if node.shards is not None else "chunks"
+        sharded = node.shards is not None
+        chunk_grid = tuple(math.ceil(s / c) for s, c in zip(node.shape, node.chunks))
+        objects = "shards" if sharded else "chunks"
         rows += [
             ("Type", f"zarrx.Array ({_format_name(node)})"),
             ("Path", node.name),
             ("Shape", _shape(node.shape)),
             ("Data type", _data_type(node)),
             ("Chunk shape", _shape(node.chunks)),
-            ("Shard shape", _shape(node.shards) if node.shards is not None else "not sharded"),
-            (f"No. {objects}", f"{node.nchunks} {_shape(grid)}"),
+            ("Shard shape", _shape(node.shards) if sharded else NOT_SHARDED),
+            ("No. chunks", f"{math.prod(chunk_grid)} {_shape(chunk_grid)}"),
+            ("No. shards", f"{node.nchunks} {_shape(node.metadata.grid_shape)}" if sharded else NOT_SHARDED),
             ("Codecs", codecs_text(node.metadata.codecs.to_json(), short=False)),
             ("Fill value", _fill_value(node)),
             ("Dimension names", ", ".join(str(n) for n in node.dimension_names) if node.dimension_names else "None"),
             ("No. bytes", f"{node.nbytes} ({human_bytes(node.nbytes)})"),
         ]
         if stored:
-            nbytes, nchunks = stored_totals(node)
+            nbytes, nobjects = stored_totals(node)
             ratio = f"{node.nbytes / nbytes:.2f}" if nbytes else "- (nothing stored)"
             rows += [
                 ("No. bytes stored", f"{nbytes} ({human_bytes(nbytes)})"),
                 ("Compression ratio", ratio),
-                (f"{objects.capitalize()} initialized", f"{nchunks}/{node.nchunks}"),
+                ("Initialized", f"{nobjects}/{node.nchunks} {objects}"),
             ]
     else:
         rows += [("Type", f"zarrx.Group ({_format_name(node)})"), ("Path", node.name)]
@@ -333,13 +340,27 @@ def render_tree(root: TreeEntry) -> str:
 
 
 def info_text(node: Any, *, stored: bool = False) -> str:
-    """:func:`describe` and the attributes, as aligned ``label : value`` lines."""
+    """One layout for every node: :func:`describe`'s rows as ``label : value`` at one width, the
+    attributes, and for a group its members (one line each, as in a tree).
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> print(info_text(zarrx.create_array({}, shape=(4,), chunks=(2,), shards=(4,), dtype="u1")).splitlines()[5])
+    Shard shape       : (4,)
+    """
     rows = describe(node, stored=stored)
     attributes, more = attribute_rows(node, limit=None)
-    width = max(len(label) for label, _ in rows)
-    lines = [f"{label:<{width}} : {value}" for label, value in rows]
-    lines.append(f"{'Attributes':<{width}} : {len(attributes) + more}")
+    lines = [f"{label:<{LABEL_WIDTH}} : {value}" for label, value in rows]
+    lines.append(f"{'Attributes':<{LABEL_WIDTH}} : {len(attributes) + more}")
     lines += [f"  {key}: {value}" for key, value in attributes]
+    if _is_group(node):
+        entry = walk(node, max_depth=1, max_children=MAX_MEMBERS_LISTED)
+        total = len(entry.children) + entry.hidden
+        listed = f"{total}" + (f" ({len(entry.children)} listed)" if entry.hidden else "")
+        lines.append(f"{'Children':<{LABEL_WIDTH}} : {listed}" if entry.error is None else
+                     f"{'Children':<{LABEL_WIDTH}} : !! {entry.error}")  # fmt: skip
+        lines += [f"  {summary(child.node, child.name)}{'/' if _is_group(child.node) else ''}" for child in entry.children]
     return "\n".join(lines)
 
 

@@ -18,11 +18,24 @@ few chunks per thread -- and returns a :class:`VerifyReport`:
   inside an array's grid (stray files, chunks left outside an array's shape,
   folders that are not nodes);
 * ``temporary``: temporary files of :class:`~zarrx.storage.LocalStore` writes that
-  were interrupted (a killed process); never read as data, safe to delete.
+  were interrupted (a killed process); never read as data, safe to delete;
+* ``external_links``: symbolic links below the node that lead out of the store's root
+  folder (:meth:`Store.external_links <zarrx.storage.Store.external_links>`). The store refuses
+  to read through them -- the data behind them is not checked -- unless it was opened with
+  ``follow_external_links=True``;
+* ``stale_consolidated``: consolidated metadata (a v3 group's inline
+  ``consolidated_metadata``, a v2 ``.zmetadata``) whose copy of a member disagrees with the
+  member's own documents, copies members that no longer exist, or lacks members: readers of
+  the copy would see another hierarchy. ``zarrx consolidate URL`` rewrites it.
 
-``report.ok`` is true when no chunk is corrupt and every metadata document parses;
-missing chunks, unknown keys and temporary files do not change it. ``str(report)``
-is a readable summary (what ``zarrx verify URL`` prints).
+* ``incomplete``: the mark of an unfinished :func:`zarrx.convert` at or above the node
+  (:mod:`zarrx.tools.convert_job`): chunks and metadata may be missing.
+
+``report.ok`` is true when no chunk is corrupt, every metadata document parses, every
+consolidated copy agrees with its member, no link leaves the store root (unless the store
+follows such links) and no convert is unfinished; missing chunks (shards, for sharded arrays),
+unknown keys and temporary files do not change it. ``str(report)`` is a readable summary (what
+``zarrx verify URL`` prints).
 
 The metadata read is the store's own documents, never consolidated metadata, so a
 stale consolidated document does not hide a node.
@@ -36,20 +49,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from zarrx.codecs.sharding import ShardingCodec
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import NodeNotFoundError, StoreError, ZarrxError
 from zarrx.io.decode import decode_stored
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, split_batches
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, NodeMetadata
+from zarrx.nodes.consolidated import find_stale
 from zarrx.nodes.hierarchy import format_of, node_keys, read_node
 from zarrx.nodes.node import Node
-from zarrx.sizes import human_bytes
 from zarrx.storage import make_store
 from zarrx.storage.local import is_temporary_name
 from zarrx.storage.paths import is_node_name, join_key, normalize_path
 from zarrx.storage.store import Store
+from zarrx.tools.convert_job import incomplete_marks
 from zarrx.tools.progress import ProgressCallback, progress_callback
+from zarrx.tools.verify_report import ArrayCheck, Problem, VerifyReport
 
 __all__ = ["verify", "VerifyReport", "Problem", "ArrayCheck", "MAX_LISTED_MISSING"]
 
@@ -59,110 +75,6 @@ MAX_LISTED_MISSING = 1000
 MAX_GRID_WALKED = 10**6
 #: decoded bytes' worth of chunks fetched from the store in one batch
 BATCH_BYTES = 64 * 2**20
-#: problems and keys of each kind shown by ``str(report)``
-SHOWN = 20
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something wrong with one stored object: its key, the node it belongs to and the error."""
-
-    key: str
-    node: str
-    error: str
-
-    def __str__(self) -> str:
-        # metadata errors already start with their key
-        return self.error if self.error.startswith(f"{self.key}: ") else f"{self.key}: {self.error}"
-
-
-@dataclass(frozen=True)
-class ArrayCheck:
-    """What was found for one array: chunks in its grid, stored, checked, and missing."""
-
-    path: str
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: str
-    nchunks: int
-    stored: int
-
-    @property
-    def missing(self) -> int:
-        return self.nchunks - self.stored
-
-    def __str__(self) -> str:
-        return (
-            f"/{self.path} {self.dtype} shape={self.shape} chunks={self.chunks}: "
-            f"{self.stored} of {self.nchunks} chunks stored"
-        )
-
-
-@dataclass
-class VerifyReport:
-    """The outcome of :func:`verify` (see the module docstring for each field)."""
-
-    store: str
-    path: str
-    arrays: list[ArrayCheck] = field(default_factory=list)
-    groups: list[str] = field(default_factory=list)
-    corrupt: list[Problem] = field(default_factory=list)
-    bad_metadata: list[Problem] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
-    temporary: list[str] = field(default_factory=list)
-    #: stored chunks (shards) read and decoded
-    chunks_checked: int = 0
-    #: their stored bytes
-    bytes_checked: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every stored chunk decodes and every metadata document parses."""
-        return not self.corrupt and not self.bad_metadata
-
-    @property
-    def missing_count(self) -> int:
-        """Chunks of the arrays' grids that are not stored (they read as the fill value)."""
-        return sum(array.missing for array in self.arrays)
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def __str__(self) -> str:
-        lines = [f"verify {self.store} {'/' + self.path!r}"]
-        lines.append(
-            f"  {len(self.arrays)} array(s), {len(self.groups)} group(s); {self.chunks_checked} stored chunk(s) "
-            f"checked ({human_bytes(self.bytes_checked)}) in {self.seconds:.1f} s"
-        )
-        lines += [f"  {array}" for array in self.arrays[:SHOWN]]
-        if len(self.arrays) > SHOWN:
-            lines.append(f"  ... and {len(self.arrays) - SHOWN} more arrays")
-        if self.ok:
-            lines.append("OK: every stored chunk decodes and every metadata document parses")
-        else:
-            lines.append(
-                f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
-            )
-        sections = [
-            ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
-            ("corrupt chunks", self.corrupt, len(self.corrupt)),
-            ("missing chunks (they read as the fill value; not an error)", self.missing, self.missing_count),
-            ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
-            ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
-        ]
-        for title, items, count in sections:
-            if not count:
-                continue
-            lines.append(f"{title}: {count}")
-            lines += [f"  {item}" for item in items[:SHOWN]]
-            if count > min(len(items), SHOWN):
-                lines.append(f"  ... and {count - min(len(items), SHOWN)} more")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
 
 # -- walking the hierarchy -------------------------------------------------------------------
@@ -302,12 +214,22 @@ def _temporary_files(store: Store, root_path: str) -> list[str]:
     return sorted(found)
 
 
+def _check_consolidated(store: Store, walk: _Walk, report: VerifyReport) -> None:
+    """Compare the consolidated metadata of every group with its members' own documents."""
+    skipped = lambda path: any(join_key(path, "").startswith(prefix) for prefix in walk.skipped_prefixes)  # noqa: E731
+    stale, invalid = find_stale(store, walk.groups, {**walk.arrays, **walk.groups}, skipped)
+    report.stale_consolidated += [Problem(key, "/" + path, text) for key, path, text in stale]
+    report.bad_metadata += [Problem(key, "/" + path, text) for key, path, text in invalid]
+
+
 # -- decoding -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Job:
     key: str
     path: str
     handle: ArrayHandle
+    #: the chunk's grid coordinates (its shape, on a rectilinear grid)
+    coords: tuple[int, ...] | None = None
 
 
 def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
@@ -315,7 +237,7 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
     if raw is None:
         return 0  # deleted since it was listed: now missing, which is legal
     try:
-        decode_stored(job.handle, job.key, raw)
+        decode_stored(job.handle, job.key, raw, job.coords)
     except ZarrxError as error:
         report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
     except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
@@ -390,6 +312,7 @@ def verify(
     zstore = make_store(store, mode="r", storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
     report = VerifyReport(store=repr(zstore), path=path)
+    report.incomplete = [Problem(key, "/" + path, "an unfinished zarrx convert") for key in incomplete_marks(zstore, path)]
     try:
         root = read_node(zstore, path)
     except ZarrxError as error:
@@ -398,6 +321,9 @@ def verify(
         report.bad_metadata.append(Problem(node_keys(path, None), "/" + path, str(error)))
         report.seconds = time.perf_counter() - started
         return report
+    if root is None and report.incomplete:
+        report.seconds = time.perf_counter() - started
+        return report  # nothing to decode yet: the convert writes the metadata last
     if root is None:
         raise NodeNotFoundError(f"no array or group at {'/' + path!r} in {zstore!r} (key {node_keys(path, None)} is absent)")
 
@@ -407,24 +333,31 @@ def verify(
     jobs: dict[str, _Job] = {}
     for array_path, metadata in sorted(walk.arrays.items()):
         chunks = stored[array_path]
+        handle = ArrayHandle(zstore, array_path, metadata)
+        jobs.update((key, _Job(key, array_path, handle, coords)) for key, coords in sorted(chunks))
+        missing = metadata.nchunks - len(chunks)
+        listed = list(_missing_keys(metadata, array_path, {c for _, c in chunks}, min(missing, MAX_LISTED_MISSING))) if missing else []
+        report.missing.extend(listed)
+        sharding = metadata.codecs.array_bytes if isinstance(metadata.codecs.array_bytes, ShardingCodec) else None
         report.arrays.append(
             ArrayCheck(
                 path=array_path,
                 shape=tuple(metadata.shape),
-                chunks=tuple(metadata.chunks),
+                chunks=tuple(metadata.chunks if sharding is None else sharding.chunk_shape),
                 dtype=str(metadata.dtype),
                 nchunks=metadata.nchunks,
                 stored=len(chunks),
+                shards=None if sharding is None else tuple(metadata.chunks),
+                missing_keys=tuple(listed),
             )
         )
-        handle = ArrayHandle(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, handle)) for key, _ in sorted(chunks))
-        missing = metadata.nchunks - len(chunks)
-        if missing:
-            report.missing.extend(
-                _missing_keys(metadata, array_path, {coords for _, coords in chunks}, min(missing, MAX_LISTED_MISSING))
-            )
     report.temporary = _temporary_files(zstore, path)
+    report.external_links_followed = zstore.follow_external_links
+    report.external_links = [
+        Problem(key, "/" + path, f"a symbolic link to {target!r}, outside the store root")
+        for key, target in zstore.external_links(join_key(path, ""))
+    ]
+    _check_consolidated(zstore, walk, report)
 
     show = progress_callback(progress, "verify")
     total, done = len(jobs), 0

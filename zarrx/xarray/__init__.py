@@ -9,24 +9,39 @@ Writing::
 
     ds.zarrx.to_zarr("out.zarr", mode="w")          # also DataArray.zarrx and DataTree.zarrx
 
-The accessors are registered when this package is imported. xarray imports it itself when
-it loads its backend plugins -- the first ``open_dataset``/``open_datatree``/``open_groups``
-with ``engine="zarrx"`` or with no engine (auto-detection), or ``xr.backends.list_engines()``
--- because the ``xarray.backends`` entry point ``zarrx`` is
-``zarrx.xarray.backend:ZarrxBackendEntrypoint``. Before that (in a process that only writes,
-or only uses built-in engines such as ``engine="zarr"``), ``import zarrx.xarray`` makes them
-available. ``import zarrx`` alone never imports xarray.
+The accessors are registered when this package is imported, and ``import zarrx`` imports it
+as soon as xarray is imported (or at once, when it already is): ``ds.zarrx`` exists in every
+session that uses xarray, while ``import zarrx`` alone never imports xarray. xarray may be
+imported from inside another library's import (dask's ``dask.array`` does), so importing this
+package imports nothing but xarray and the accessors; the backend and writers (which import
+dask) load on first use of their names, or when xarray loads the ``zarrx`` entry point
+(``zarrx.xarray.backend:ZarrxBackendEntrypoint``).
 """
 
+import importlib
+from typing import Any
+
 from zarrx.xarray.accessor import ZarrxDataArrayAccessor, ZarrxDatasetAccessor, ZarrxDataTreeAccessor
-from zarrx.xarray.backend import (
-    MissingDimensionsError,
-    ZarrxBackendArray,
-    ZarrxBackendEntrypoint,
-    ZarrxDataStore,
-    open_zarrx_group,
-)
-from zarrx.xarray.writer import dataarray_to_zarr, datatree_to_zarr, to_zarr
+
+#: the other public names, and the module each is loaded from on first use
+_LAZY = {
+    "MissingDimensionsError": "zarrx.xarray.store",
+    "ZarrxBackendArray": "zarrx.xarray.store",
+    "ZarrxDataStore": "zarrx.xarray.store",
+    "ZarrxBackendEntrypoint": "zarrx.xarray.backend",
+    "open_zarrx_group": "zarrx.xarray.backend",
+    "ZarrxWritableDataStore": "zarrx.xarray.writable",
+    "dataarray_to_zarr": "zarrx.xarray.writer",
+    "datatree_to_zarr": "zarrx.xarray.writer",
+    "to_zarr": "zarrx.xarray.writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'zarrx.xarray' has no attribute {name!r}")
+
 
 __all__ = [
     "MissingDimensionsError",
@@ -36,6 +51,7 @@ __all__ = [
     "ZarrxDataStore",
     "ZarrxDataTreeAccessor",
     "ZarrxDatasetAccessor",
+    "ZarrxWritableDataStore",
     "dataarray_to_zarr",
     "datatree_to_zarr",
     "open_zarrx_group",

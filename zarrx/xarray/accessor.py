@@ -1,43 +1,118 @@
 """The ``.zarrx`` accessors of xarray objects: ``ds.zarrx.to_zarr``, ``da.zarrx.to_zarr``,
 ``dt.zarrx.to_zarr``.
 
-Importing this module registers them (xarray's ``register_*_accessor``); the package
-:mod:`zarrx.xarray` imports it, so they exist whenever zarrx's backend is loaded.
+Each ``to_zarr`` has the signature of the xarray method it stands in for (``Dataset.to_zarr``,
+``DataArray.to_zarr``, ``DataTree.to_zarr``), so switching is a matter of adding ``.zarrx``;
+the parameters are described in :func:`zarrx.xarray.writer.to_zarr` and
+:func:`zarrx.xarray.writer.datatree_to_zarr`.
+
+Importing this module registers them (xarray's ``register_*_accessor``). ``import zarrx``
+imports it as soon as xarray is imported (or at once when it already is), so ``ds.zarrx``
+exists in every session that uses xarray. That may happen while another library is being
+imported (``dask.array`` imports xarray), so this module imports nothing but xarray: the
+writers are imported when ``to_zarr`` is called.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, Literal
 
 import xarray as xr
 
-from zarrx.xarray.writer import dataarray_to_zarr, datatree_to_zarr, to_zarr
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zarrx.nodes.group import Group
 
 __all__ = ["ZarrxDatasetAccessor", "ZarrxDataArrayAccessor", "ZarrxDataTreeAccessor"]
+
+Region = Mapping[Hashable, slice | Literal["auto"]] | Literal["auto"] | None
 
 
 @xr.register_dataset_accessor("zarrx")
 class ZarrxDatasetAccessor:
     """``ds.zarrx``: zarrx's writer for a Dataset."""
 
-    def __init__(self, dataset: xr.Dataset) -> None:
-        self._dataset = dataset
+    def __init__(self, obj: xr.Dataset) -> None:
+        self._obj = obj
 
-    def to_zarr(self, store: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Write the Dataset with zarrx; see :func:`zarrx.xarray.writer.to_zarr`."""
-        return to_zarr(self._dataset, store, *args, **kwargs)
+    def _write(self, *args: Any, **kwargs: Any) -> Any:
+        from zarrx.xarray.writer import to_zarr
+
+        return to_zarr(self._obj, *args, **kwargs)
+
+    def to_zarr(
+        self,
+        store: Any = None,
+        mode: str | None = None,
+        group: str | None = None,
+        encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+        *,
+        compute: bool = True,
+        consolidated: bool | None = None,
+        append_dim: Hashable | None = None,
+        region: Region = None,
+        safe_chunks: bool = True,
+        align_chunks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        zarr_format: int | None = None,
+        write_empty_chunks: bool | None = None,
+        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+        rectilinear: bool = False,
+    ) -> "Group | Any":
+        """Write the Dataset to a Zarr group with zarrx: ``Dataset.to_zarr``'s signature (and
+        ``DataArray.to_zarr``'s signature for ``da.zarrx.to_zarr``, which stores the array as a
+        one-variable Dataset that ``xr.open_dataarray(store, engine="zarrx")`` gives back).
+
+        ``store`` is a path, an fsspec URL, a dict, a zarrx Store or a zarr-python store;
+        ``mode`` is ``w``, ``w-``, ``a``, ``a-`` or ``r+`` (None: ``w-``, ``a`` with
+        ``append_dim``, ``r+`` with ``region``). Dask-backed variables are written in parallel,
+        one task per block, never two tasks into one chunk (``safe_chunks`` refuses such a
+        layout, ``align_chunks=True`` rechunks it; zarrx's own ``rectilinear=True`` stores irregular
+        dask blocks as they are, on a rectilinear chunk grid). Every parameter is described in
+        :func:`zarrx.xarray.writer.to_zarr`.
+
+        Returns
+        -------
+        The written :class:`zarrx.Group`, or a ``dask.delayed.Delayed`` when ``compute=False``.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, zarrx
+        >>> ds = xr.Dataset({"t": ("x", np.arange(4.0))})
+        >>> ds.zarrx.to_zarr("memory://example-accessor", mode="w")["t"][:]
+        array([0., 1., 2., 3.])
+        >>> xr.DataArray([1, 2], dims="x", name="n").zarrx.to_zarr("memory://example-da", mode="w")["n"][:]
+        array([1, 2])
+        """
+        return self._write(
+            store,
+            mode,
+            group,
+            encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            rectilinear=rectilinear,
+        )
 
 
 @xr.register_dataarray_accessor("zarrx")
-class ZarrxDataArrayAccessor:
+class ZarrxDataArrayAccessor(ZarrxDatasetAccessor):
     """``da.zarrx``: zarrx's writer for a DataArray (stored as a one-variable Dataset)."""
 
-    def __init__(self, array: xr.DataArray) -> None:
-        self._array = array
+    def _write(self, *args: Any, **kwargs: Any) -> Any:
+        from zarrx.xarray.writer import dataarray_to_zarr
 
-    def to_zarr(self, store: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Write the DataArray with zarrx; see :func:`zarrx.xarray.writer.dataarray_to_zarr`."""
-        return dataarray_to_zarr(self._array, store, *args, **kwargs)
+        return dataarray_to_zarr(self._obj, *args, **kwargs)
 
 
 @xr.register_datatree_accessor("zarrx")
@@ -47,6 +122,60 @@ class ZarrxDataTreeAccessor:
     def __init__(self, tree: xr.DataTree) -> None:
         self._tree = tree
 
-    def to_zarr(self, store: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Write every node of the tree with zarrx; see :func:`zarrx.xarray.writer.datatree_to_zarr`."""
-        return datatree_to_zarr(self._tree, store, *args, **kwargs)
+    def to_zarr(
+        self,
+        store: Any = None,
+        mode: str | None = None,
+        encoding: Mapping[str, Mapping[Hashable, Mapping[str, Any]]] | None = None,
+        consolidated: bool | None = True,
+        group: str | None = None,
+        write_inherited_coords: bool = False,
+        compute: bool = True,
+        *,
+        append_dim: Hashable | None = None,
+        region: Region = None,
+        safe_chunks: bool = True,
+        align_chunks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        zarr_format: int | None = None,
+        write_empty_chunks: bool | None = None,
+        chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+        rectilinear: bool = False,
+    ) -> "Group | Any":
+        """Write every node of the tree as a group with zarrx: ``DataTree.to_zarr``'s signature.
+
+        ``mode`` None is ``w-`` (xarray's default), or ``a`` with ``append_dim``, ``r+`` with
+        ``region``. ``encoding`` is keyed by node path (``{"/ocean": {"sst": {...}}}``); inherited
+        coordinates are written only where they are defined unless ``write_inherited_coords``.
+        The keywords after ``compute`` are those xarray passes on to the zarr engine; all are
+        described in :func:`zarrx.xarray.writer.datatree_to_zarr`.
+
+        Examples
+        --------
+        >>> import xarray as xr, zarrx
+        >>> tree = xr.DataTree.from_dict({"/": xr.Dataset({"a": ("x", [1, 2])}), "/child": xr.Dataset()})
+        >>> root = tree.zarrx.to_zarr("memory://example-dt", mode="w")
+        >>> sorted(root)
+        ['a', 'child']
+        """
+        from zarrx.xarray.writer import datatree_to_zarr
+
+        return datatree_to_zarr(
+            self._tree,
+            store,
+            mode,
+            encoding,
+            consolidated,
+            group,
+            write_inherited_coords,
+            compute,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            rectilinear=rectilinear,
+        )

@@ -36,6 +36,7 @@ writers accept.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
 
-from zarrx.errors import MetadataError, NodeNotFoundError
+from zarrx.errors import MetadataError, NodeNotFoundError, StoreTypeError, UsageError
 from zarrx.nodes.api import open_group
 from zarrx.nodes.group import Group
 from zarrx.storage import make_store
@@ -63,6 +64,7 @@ __all__ = [
     "ZarrxBackendArray",
     "ZarrxBackendEntrypoint",
     "ZarrxDataStore",
+    "open_data_store",
     "open_zarrx_group",
 ]
 
@@ -138,11 +140,109 @@ def _store_argument(store: Any) -> Any:
 
 
 # -- the entry point -------------------------------------------------------------------------------
+#: open modes: every one that reads an existing group (engine="zarr" also takes "w" and "w-",
+#: which would replace the store before reading it)
+READ_MODES = ("r", "r+", "a")
+
+#: the text of xarray's warning when consolidated metadata is missing (users filter on it)
+UNCONSOLIDATED_WARNING = (
+    "Failed to open Zarr store with consolidated metadata, but successfully read with non-consolidated "
+    "metadata. This is typically much slower for opening a dataset. To silence this warning, consider:\n"
+    "1. Consolidating metadata in this existing store with zarrx.consolidate_metadata().\n"
+    "2. Explicitly setting consolidated=False, to avoid trying to read consolidated metadata, or\n"
+    "3. Explicitly setting consolidated=True, to raise an error in this case instead of falling back to "
+    "try reading non-consolidated metadata."
+)
+
+
+def open_data_store(
+    filename_or_obj: Any,
+    *,
+    group: str | None = None,
+    mode: str = "r",
+    consolidated: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    zarr_format: int | None = None,
+    store: ZarrxDataStore | None = None,
+    use_zarr_fill_value_as_mask: bool | None = None,
+    cache_members: bool = True,
+    drop_variables: str | Iterable[str] | None = None,
+    synchronizer: Any = None,
+    chunk_store: Any = None,
+    zarr_version: int | None = None,
+) -> ZarrxDataStore:
+    """The :class:`ZarrxDataStore` of ``group`` in ``filename_or_obj``, with engine="zarr"'s keywords.
+
+    ``store`` is one already opened (returned as it is). ``consolidated=None`` falls back to
+    listing the store, with xarray's ``RuntimeWarning``, when there is no consolidated
+    metadata. ``synchronizer`` and ``chunk_store`` (keywords of older xarray versions) are
+    refused unless None; ``zarr_version`` is the old name of ``zarr_format``.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group("memory://example-data-store", overwrite=True)
+    >>> sorted(open_data_store("memory://example-data-store", consolidated=False).arrays)
+    []
+    """
+    if synchronizer is not None:
+        raise UsageError(
+            f"synchronizer={synchronizer!r}: zarrx takes no synchronizer; its parallel writes never share a "
+            "chunk (or shard), and reads need no lock"
+        )
+    if chunk_store is not None:
+        raise UsageError(
+            f"chunk_store={chunk_store!r}: zarrx reads chunks from the store that holds the metadata; "
+            "a separate chunk store is not supported"
+        )
+    zarr_format = _zarr_format_argument(zarr_format, zarr_version)
+    if store is not None:
+        if not isinstance(store, ZarrxDataStore):
+            raise StoreTypeError(
+                f"store: expected a zarrx.xarray.ZarrxDataStore (or None), found {type(store).__name__}"
+            )
+        return store
+    if mode not in READ_MODES:
+        raise UsageError(
+            f"mode: opening a dataset reads an existing group, so mode is one of {READ_MODES}, found {mode!r}"
+        )
+    try:
+        zgroup = open_zarrx_group(
+            filename_or_obj,
+            group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
+    except NodeNotFoundError as error:
+        # xarray's words for it, which users (and xarray's tests) match
+        where = "/" + _group_path(group)
+        raise NodeNotFoundError(f"No group found in store {filename_or_obj!r} at {where!r}: {error}") from None
+    if consolidated is None and not zgroup.is_consolidated:
+        warnings.warn(f"{UNCONSOLIDATED_WARNING} (group {zgroup.name!r} in {zgroup.store!r})", RuntimeWarning, stacklevel=2)
+    return ZarrxDataStore(
+        zgroup,
+        use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        drop_variables=drop_variables,
+        cache_members=cache_members,
+    )
+
+
+def _zarr_format_argument(zarr_format: int | None, zarr_version: int | None) -> int | None:
+    if zarr_version is None:
+        return zarr_format
+    if zarr_format is not None and zarr_format != zarr_version:
+        raise UsageError(f"zarr_version={zarr_version!r} and zarr_format={zarr_format!r} disagree; pass zarr_format only")
+    warnings.warn("zarr_version is deprecated, use zarr_format", FutureWarning, stacklevel=3)
+    return zarr_version
+
+
 class ZarrxBackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 (and v2) hierarchies with zarrx: ``xr.open_dataset(store, engine="zarrx")``.
 
     ``store`` is anything :func:`zarrx.open_group` takes (a path, an fsspec URL, a zarrx Store,
-    an ``FSMap``, a dict) or a :class:`zarrx.Group`.
+    an ``FSMap``, a dict) or a :class:`zarrx.Group`. The keywords are engine="zarr"'s
+    (see :func:`open_data_store` for ``mode``, ``store``, ``cache_members`` and the old ones).
 
     Examples
     --------
@@ -151,7 +251,7 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
     >>> t = root.create_array("t", shape=(4,), chunks=(2,), dtype="float32", dimension_names=["x"],
     ...                       attributes={"units": "K"})
     >>> t[:] = np.arange(4)
-    >>> ds = xr.open_dataset("memory://example-engine", engine="zarrx")
+    >>> ds = xr.open_dataset("memory://example-engine", engine="zarrx", consolidated=False)
     >>> ds.t.attrs["units"], ds.t.encoding["preferred_chunks"]
     ('K', {'x': 2})
     """
@@ -184,23 +284,35 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
         use_cftime: bool | None = None,
         decode_timedelta: bool | None = None,
         group: str | None = None,
+        mode: str = "r",
         consolidated: bool | None = None,
         storage_options: Mapping[str, Any] | None = None,
         zarr_format: int | None = None,
+        store: ZarrxDataStore | None = None,
+        engine: Any = None,
         use_zarr_fill_value_as_mask: bool | None = None,
+        cache_members: bool = True,
+        synchronizer: Any = None,
+        chunk_store: Any = None,
+        zarr_version: int | None = None,
     ) -> Dataset:
-        zgroup = open_zarrx_group(
+        data_store = open_data_store(
             filename_or_obj,
-            group,
+            group=group,
+            mode=mode,
             consolidated=consolidated,
             storage_options=storage_options,
             zarr_format=zarr_format,
-        )
-        store = ZarrxDataStore(
-            zgroup, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, drop_variables=drop_variables
+            store=store,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+            cache_members=cache_members,
+            drop_variables=drop_variables,
+            synchronizer=synchronizer,
+            chunk_store=chunk_store,
+            zarr_version=zarr_version,
         )
         return _decode(
-            store,
+            data_store,
             mask_and_scale=mask_and_scale,
             decode_times=decode_times,
             concat_characters=concat_characters,
@@ -221,24 +333,12 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
         drop_variables: str | Iterable[str] | None = None,
         use_cftime: bool | None = None,
         decode_timedelta: bool | None = None,
-        group: str | None = None,
-        consolidated: bool | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        zarr_format: int | None = None,
-        use_zarr_fill_value_as_mask: bool | None = None,
+        **open_options: Any,
     ) -> dict[str, Dataset]:
         """Every group at or below ``group`` as a Dataset, keyed ``"/"``, ``"/a"``, ``"/a/b"`` ...
-        relative to ``group``."""
-        zgroup = open_zarrx_group(
-            filename_or_obj,
-            group,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-        )
-        root = ZarrxDataStore(
-            zgroup, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, drop_variables=drop_variables
-        )
+        relative to ``group``. ``open_options`` are :func:`open_data_store`'s (``group``, ``mode``,
+        ``consolidated``, ``cache_members``, ...)."""
+        root = open_data_store(filename_or_obj, drop_variables=drop_variables, **open_options)
         return {
             path: _decode(
                 store,
@@ -253,41 +353,11 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
             for path, store in root.walk()
         }
 
-    def open_datatree(
-        self,
-        filename_or_obj: Any,
-        *,
-        mask_and_scale: bool = True,
-        decode_times: bool = True,
-        concat_characters: bool = True,
-        decode_coords: bool | str = True,
-        drop_variables: str | Iterable[str] | None = None,
-        use_cftime: bool | None = None,
-        decode_timedelta: bool | None = None,
-        group: str | None = None,
-        consolidated: bool | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        zarr_format: int | None = None,
-        use_zarr_fill_value_as_mask: bool | None = None,
-    ) -> DataTree:
+    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
+        """The groups of :meth:`open_groups_as_dict` (same keywords) as one DataTree."""
         from xarray.backends.common import datatree_from_dict_with_io_cleanup
 
-        groups = self.open_groups_as_dict(
-            filename_or_obj,
-            mask_and_scale=mask_and_scale,
-            decode_times=decode_times,
-            concat_characters=concat_characters,
-            decode_coords=decode_coords,
-            drop_variables=drop_variables,
-            use_cftime=use_cftime,
-            decode_timedelta=decode_timedelta,
-            group=group,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-        )
-        return datatree_from_dict_with_io_cleanup(groups)
+        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
 
 def _decode(store: ZarrxDataStore, **decoders: Any) -> Dataset:

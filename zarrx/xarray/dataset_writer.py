@@ -18,7 +18,6 @@ import pandas as pd
 from xarray import coding, conventions
 from xarray.backends.zarr import (
     FillValueCoder,
-    encode_zarr_attr_value,
     encode_zarr_variable,
     extract_zarr_variable_encoding,
 )
@@ -26,12 +25,23 @@ from xarray.core.dataset import Dataset
 from xarray.core.variable import Variable
 from xarray.namedarray.pycompat import is_chunked_array
 
+from zarrx.dask.write import dask_chunk_grid
 from zarrx.dask.write import to_zarr as dask_to_zarr
-from zarrx.errors import ChunkAlignmentError, UsageError
+from zarrx.errors import ChunkAlignmentError, NameNotFoundError, UsageError, UsageTypeError
+from zarrx.metadata.rectilinear import is_edge_list
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.xarray.store import DIMENSION_KEY, ZarrxDataStore
 from zarrx.xarray.encoding import codecs_argument
+from zarrx.xarray.validation import (
+    check_append_dtype,
+    check_encoding_argument,
+    check_names,
+    check_region_on_grid,
+    json_attributes,
+    match_stored_dims,
+    store_none_name,
+)
 
 __all__ = ["DatasetWriter", "WriteOptions"]
 
@@ -46,6 +56,8 @@ class WriteOptions:
     write_empty_chunks: bool | None
     #: the data writes of dask-backed variables, computed together at the end
     writes: list[Any] = field(default_factory=list)
+    #: new dask-backed variables with irregular blocks get them as a rectilinear chunk grid
+    rectilinear: bool = False
 
     @property
     def align(self) -> str:
@@ -70,32 +82,49 @@ class DatasetWriter:
     def _prepare_region(self, dataset: Dataset, region: Any) -> Dataset:
         if region is None:
             return dataset
-        if region == "auto":
+        if isinstance(region, str) and region == "auto":
             region = dict.fromkeys(dataset.dims, "auto")
         if not isinstance(region, Mapping):
-            raise UsageError(f"region: expected a dict of slices (or 'auto'), found {type(region).__name__}")
+            raise UsageTypeError(
+                f"``region`` must be a dict, got {type(region)}: a dict of slices by dimension (or 'auto'), "
+                f"found {region!r}"
+            )
         region = dict(region)
         if any(isinstance(value, str) and value == "auto" for value in region.values()):
             if self.mode not in ("r+", "a"):
-                raise UsageError(f"region='auto' needs mode 'r+' or 'a', found mode={self.mode!r}")
+                raise UsageError(
+                    f"``mode`` must be 'r+' or 'a' when using ``region='auto'``, got {self.mode!r}: the region is "
+                    f"found in the stored coordinates of {self.group.name!r}"
+                )
             region = self._auto_region(dataset, region)
         for dim, value in region.items():
             if dim not in dataset.dims:
                 raise UsageError(
-                    f"region: {dim!r} is not a dimension of the dataset (dimensions: {list(dataset.dims)})"
+                    f"all keys in ``region`` are not in Dataset dimensions, got {list(region)} and "
+                    f"{list(dataset.dims)}: {dim!r} is not a dimension of the dataset"
                 )
             if not isinstance(value, slice):
-                raise UsageError(f"region: expected a slice for dimension {dim!r}, found {value!r}")
+                raise UsageTypeError(
+                    f"all values in ``region`` must be slice objects, got region={region}: dimension {dim!r} has "
+                    f"{value!r}"
+                )
             if value.step not in (1, None):
-                raise UsageError(f"region: slices need step 1, found {value!r} for dimension {dim!r}")
+                raise UsageError(
+                    f"step on all slices in ``region`` must be 1 or None, got region={region}: dimension {dim!r} "
+                    f"has step {value.step}"
+                )
         unrelated = [name for name, var in dataset.variables.items() if not set(region).intersection(var.dims)]
         if region and unrelated:
             raise UsageError(
-                f"region: every variable written must have one of the region's dimensions {list(region)}; "
-                f"drop the others first with .drop_vars({unrelated!r})"
+                f"when setting `region` explicitly in to_zarr(), all variables in the dataset to write must have "
+                f"at least one dimension in common with the region's dimensions {list(region)}, but {unrelated!r} "
+                f"do not; drop them first with .drop_vars({unrelated!r})"
             )
         if self.append_dim is not None and self.append_dim in region:
-            raise UsageError(f"append_dim={self.append_dim!r} cannot also be a region dimension")
+            raise UsageError(
+                f"cannot list the same dimension in both ``append_dim`` and ``region`` with to_zarr(), got "
+                f"{self.append_dim!r} in both"
+            )
         self.region = region
         # a region write never touches indexes (they would have to be the stored ones anyway)
         return dataset.drop_vars(dataset.indexes)
@@ -108,18 +137,23 @@ class DatasetWriter:
                 region[dim] = slice(0, dataset.sizes[dim])  # a dimension without coordinate
                 continue
             if dim not in self.existing:
-                raise UsageError(f"region='auto': the store has no coordinate {dim!r} to find the region from")
+                raise NameNotFoundError(
+                    f"region='auto': the store has no coordinate {dim!r} in {self.group.name!r} to find the region from"
+                )
             stored = conventions.decode_cf_variable(dim, self.reader.open_store_variable(dim).compute())
             positions = pd.Index(stored.data).get_indexer(dataset[dim].data)
             if (positions == -1).any():
-                raise UsageError(
-                    f"region='auto': not all values of coordinate {dim!r} are in the stored coordinate; "
-                    "a region write cannot add coordinate values (use append_dim to grow)"
+                missing = dataset[dim].data[positions == -1]
+                raise NameNotFoundError(
+                    f"Not all values of coordinate '{dim}' in the new array were found in the original store. "
+                    "Writing to a zarr region slice requires that no dimensions or metadata are changed by the "
+                    f"write: {missing[:5].tolist()!r} are not in {self.group.name!r} (use append_dim to grow)"
                 )
             if (np.diff(positions) != 1).any():
                 raise UsageError(
-                    f"region='auto': the values of coordinate {dim!r} are not one contiguous, increasing run "
-                    "of the stored coordinate"
+                    f"The auto-detected region of coordinate '{dim}' for writing new data to the original store "
+                    "had non-contiguous indices. Writing to a zarr region slice requires that the new data "
+                    f"constitute a contiguous subset of the original store ({self.group.name!r})."
                 )
             region[dim] = slice(int(positions[0]), int(positions[-1]) + 1)
         return region
@@ -129,41 +163,42 @@ class DatasetWriter:
             given = [name for name in encoding if name in self.existing]
             if given:
                 raise UsageError(
-                    f"encoding: variables {given} already exist in {self.group.name!r}; their stored encoding "
-                    "is used, so pass no encoding for them"
+                    f"variable {given[0]!r} already exists, but encoding was provided: the variables {given} "
+                    f"of {self.group.name!r} keep their stored encoding, so pass no encoding for them"
                 )
 
     # -- the write ------------------------------------------------------------------------------
     def write(self, dataset: Dataset, *, region: Any = None, encoding: Mapping[Hashable, Any] | None = None) -> None:
-        _check_names(dataset)
+        check_names(dataset)
+        encoding = check_encoding_argument(encoding, dataset)
+        dataset, encoding = store_none_name(dataset, encoding)
         dataset = self._prepare_region(dataset, region)
-        encoding = dict(encoding or {})
         self._check_encoding(encoding)
         variables, attributes = conventions.encode_dataset_coordinates(dataset)
         for name, variable in variables.items():
             if variable.size == 0:
                 variable.load()  # nothing to write in parallel; dask cannot store zero-size blocks
         for name, var_encoding in encoding.items():
-            if name not in variables:
-                raise UsageError(f"encoding: {name!r} is not a variable of the dataset ({list(variables)})")
-            variables[name].encoding = dict(var_encoding)
-        self._store(variables, attributes, check_encoding=set(encoding))
+            variables[name].encoding = var_encoding
+        self.store_variables(variables, attributes, check_encoding=set(encoding))
 
-    def _store(self, variables: dict[Hashable, Variable], attributes: dict, check_encoding: set) -> None:
+    def store_variables(self, variables: dict[Hashable, Variable], attributes: dict, check_encoding: set) -> None:
+        """Write CF-coordinate-encoded ``variables`` and ``attributes``: the body of xarray's ``ZarrStore.store``."""
         existing_names = [name for name in variables if name in self.existing]
         new_names = [name for name in variables if name not in self.existing]
         if self.mode == "r+" and new_names:
             raise UsageError(
-                f"mode='r+' writes only into existing variables, but {new_names} are not in {self.group.name!r}; "
-                "use mode='a' to add variables"
+                f"dataset contains non-pre-existing variables {new_names!r}, which is not allowed in "
+                f"``xarray.Dataset.to_zarr()`` with ``mode='r+'`` (they are not in {self.group.name!r}). "
+                "To allow writing new variables, set ``mode='a'``."
             )
         append_dim = self.append_dim
         if append_dim is not None and append_dim not in self.existing:
             dimensions = self.reader.get_dimensions()
             if append_dim not in dimensions:
                 raise UsageError(
-                    f"append_dim={append_dim!r} is not a dimension of the stored arrays in {self.group.name!r} "
-                    f"(their dimensions: {dimensions})"
+                    f"append_dim={append_dim!r} does not match any existing dataset dimensions {dimensions} "
+                    f"(the dimensions of the stored arrays in {self.group.name!r})"
                 )
         encoded = {name: self._encode(variables[name], name) for name in new_names}
         if existing_names:
@@ -173,14 +208,14 @@ class DatasetWriter:
                 {name: self.reader.open_store_variable(name) for name in existing_names}, {}
             )
             for name in existing_names:
-                _check_append_dtype(name, stored[name], variables[name])
+                check_append_dtype(name, stored[name], variables[name])
                 variable = variables[name].copy(deep=False)
                 variable.encoding = dict(stored[name].encoding)
-                encoded[name] = _match_stored_dims(
+                encoded[name] = match_stored_dims(
                     name, self._encode(variable, name), stored[name], self.region, append_dim
                 )
         if self.mode != "r+":
-            self.group.attrs.put({k: encode_zarr_attr_value(v) for k, v in attributes.items()})
+            self.group.attrs.put(json_attributes(attributes, f"the dataset (group {self.group.name!r})"))
         # 'a-' appends and adds: existing variables without the append dimension are left as they are
         leave_alone = self.mode == "a-" and self.options.append_dim is not None
         for name in variables:  # in the dataset's order
@@ -206,9 +241,21 @@ class DatasetWriter:
                     attrs["_FillValue"] = FillValueCoder.encode(mask, variable.dtype)
         if variable.encoding.pop("_FillValue", None) is not None:
             raise UsageError(f"variable {name!r}: _FillValue belongs in attributes or CF encoding, not Zarr encoding")
+        probe, grid = variable, variable.encoding.get("chunks")
+        if not is_edge_list(grid):  # a rectilinear grid comes from the stored array, or is asked for
+            asked = self.options.rectilinear and is_chunked_array(variable.data) and grid is None
+            grid = dask_chunk_grid(variable.chunks) if asked else None
+        if grid is not None:
+            # xarray refuses rectilinear grids and irregular blocks: it reads the rest of the encoding
+            # off a stand-in without them
+            stand_in = np.broadcast_to(np.zeros((), variable.dtype), variable.shape)
+            encoding = {key: value for key, value in variable.encoding.items() if key != "chunks"}
+            probe = Variable(variable.dims, stand_in, variable.attrs, encoding)
         encoding = extract_zarr_variable_encoding(
-            variable, raise_on_invalid=check_encoding, name=name, zarr_format=self.zarr_format
+            probe, raise_on_invalid=check_encoding, name=name, zarr_format=self.zarr_format
         )
+        if grid is not None:
+            encoding["chunks"] = grid
         region = dict(self.region or {})
         append_dim = self.append_dim
         resized_from = None
@@ -232,8 +279,10 @@ class DatasetWriter:
                 array.resize(resized_from)
             elif name not in self.existing:
                 del self.group[array.basename]
+            grid = f"shards={array.shards}" if array.shards else f"encoding['chunks']={array.chunks}"
             raise ChunkAlignmentError(
-                f"variable {name!r}: {error} (to_zarr's align_chunks=True rechunks onto the grid)"
+                f"Specified Zarr chunks ({grid}) for variable named {name!r} would overlap multiple Dask chunks: "
+                f"{error} (to_zarr's align_chunks=True rechunks onto the grid)"
             ) from None
 
     def _create(self, name: Hashable, variable: Variable, fill_value: Any, encoding: dict, attrs: dict) -> Array:
@@ -243,7 +292,7 @@ class DatasetWriter:
             dtype = str
         elif vlen is bytes:
             dtype = bytes
-        attributes = {k: encode_zarr_attr_value(v) for k, v in attrs.items()}
+        attributes = json_attributes(attrs, f"variable {name!r}")
         kwargs: dict[str, Any] = {
             "shape": variable.shape,
             "dtype": dtype,
@@ -283,7 +332,7 @@ class DatasetWriter:
         data = variable.data
         if is_chunked_array(data):
             if self.mode == "r+" and self.options.safe_chunks and not self.options.align_chunks:
-                _check_region_on_grid(array, selection)
+                check_region_on_grid(array, selection)
             self.options.writes.append(
                 dask_to_zarr(data, array, region=selection, compute=False, align=self.options.align)
             )
@@ -294,65 +343,3 @@ class DatasetWriter:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-def _check_names(dataset: Dataset) -> None:
-    for name in dataset.variables:
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"variable names must be non-empty strings to be stored in Zarr, found {name!r}")
-
-
-def _check_append_dtype(name: Hashable, stored: Variable, new: Variable) -> None:
-    """Fixed-length strings must keep their length (others could be truncated), as in xarray."""
-    easy = (
-        np.issubdtype(new.dtype, np.number)
-        or np.issubdtype(new.dtype, np.datetime64)
-        or np.issubdtype(new.dtype, np.bool_)
-        or new.dtype.kind in "OT"
-        or (new.dtype.kind in "SU" and stored.dtype.kind in "OT")
-    )
-    if not easy and new.dtype != stored.dtype:
-        raise UsageError(
-            f"variable {name!r} is stored with dtype {stored.dtype}, but the values written have dtype {new.dtype}"
-        )
-
-
-def _match_stored_dims(
-    name: Hashable, new: Variable, stored: Variable, region: Mapping | None, append_dim: Hashable | None
-) -> Variable:
-    """``new`` in the stored dimension order, after checking sizes (all but ``append_dim`` and the region)."""
-    if new.dims != stored.dims:
-        if set(new.dims) != set(stored.dims):
-            raise UsageError(
-                f"variable {name!r} is stored with dimensions {stored.dims}, but has dimensions {new.dims}; "
-                "a write cannot change a variable's dimensions"
-            )
-        new = new.transpose(*stored.dims)
-    expected = {}
-    for dim, size in stored.sizes.items():
-        if region and dim in region:
-            start, stop, _ = region[dim].indices(size)
-            size = stop - start
-        if dim != append_dim:
-            expected[dim] = size
-    found = {dim: size for dim, size in new.sizes.items() if dim != append_dim}
-    if expected != found:
-        raise UsageError(
-            f"variable {name!r} is stored with sizes {expected}, but the values written have sizes {found} "
-            f"(append_dim={append_dim!r}); use region= to write part of it, or append_dim= to grow it"
-        )
-    return new
-
-
-def _check_region_on_grid(array: Array, selection: tuple[slice, ...]) -> None:
-    """In mode r+ other writers may fill the regions beside this one: a dask-backed region must
-    not share a chunk (shard) with them, so it starts and ends on the grid or at the array's end."""
-    unit = array.shards or array.chunks
-    kind = "shard" if array.shards else "chunk"
-    for axis, (item, length, size) in enumerate(zip(selection, array.shape, unit)):
-        start, stop, _ = item.indices(length)
-        if start % size or (stop % size and stop != length):
-            raise ChunkAlignmentError(
-                f"the region {start}:{stop} on axis {axis} does not start and end on the {kind} "
-                f"grid ({kind} length {size}) of {array.name!r}, so a write beside it could rewrite the same "
-                f"{kind}; choose region bounds that are multiples of {size}, or pass safe_chunks=False to "
-                "accept the risk of concurrent region writes"
-            )

@@ -1,42 +1,32 @@
 """Codecs in xarray's ``encoding``, both ways.
 
 :func:`codec_encoding` gives an array's codecs as the encoding keys xarray's zarr engine uses
-(``compressors``, ``filters``, ``serializer``, ``shards``) when a variable is opened;
-:func:`codecs_argument` turns what a user puts in ``encoding`` (zarrx codecs, v3 JSON,
-zarr-python codec objects, numcodecs objects or configurations) into what
-:func:`zarrx.create_array` takes when a variable is written.
+(``compressors``, ``filters``, ``serializer``, ``shards``) when a variable is opened, as the
+objects ``engine="zarr"`` gives: for Zarr v3 zarr-python's codec objects when zarr-python is
+installed and knows the codec (``encoding["compressors"][0].cname``), zarrx's own codec objects
+otherwise (same attributes; they compare equal to zarr-python's and to their JSON); for Zarr v2
+numcodecs objects. Either engine's writer takes them back.
+
+:func:`codecs_argument` passes what a user puts in ``encoding`` on to :func:`zarrx.create_array`,
+which takes codecs in every form users hold them (:mod:`zarrx.codecs.normalize`); only the v2
+object codecs (``vlen-utf8`` ...) of an encoding read from v2 are dropped from the filters, since
+the array's data type brings its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
 from typing import Any
 
 from zarrx.codecs.base import Codec
+from zarrx.codecs.normalize import as_codec
+from zarrx.errors import ZarrxError
 from zarrx.nodes.array import Array
 
-__all__ = ["codec_encoding", "codecs_argument"]
+__all__ = ["codec_encoding", "codecs_argument", "peer_codec"]
 
-#: v2 object codecs: in v3 the serializer handles strings, so they are dropped from filters
+#: v2 object codecs: the data type says how elements are stored, so they are dropped from filters
 OBJECT_CODECS = {"vlen-utf8", "vlen-bytes", "vlen-array"}
-#: numcodecs compressors written as the v3 codec of the same algorithm: id -> (name, configuration)
-V3_EQUIVALENTS = {
-    "zstd": lambda c: ("zstd", {"level": c.get("level", 0), "checksum": c.get("checksum", False)}),
-    "gzip": lambda c: ("gzip", {"level": c.get("level", 1)}),
-    "blosc": lambda c: (
-        "blosc",
-        {
-            "cname": c.get("cname", "lz4"),
-            "clevel": c.get("clevel", 5),
-            "shuffle": {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "shuffle"}[c.get("shuffle", 1)],
-            "blocksize": c.get("blocksize", 0),
-        },
-    ),
-}
-
-
-def _codec_json(codec: Any) -> Any:
-    return codec.to_json() if hasattr(codec, "to_json") else codec
 
 
 def _numcodec(config: Any) -> Any:
@@ -49,11 +39,32 @@ def _numcodec(config: Any) -> Any:
         return config
 
 
+def peer_codec(codec: Codec) -> Any:
+    """zarr-python's codec object for ``codec`` (what ``engine="zarr"`` puts in an encoding), or
+    ``codec`` itself when zarr-python is not installed or has no such codec.
+
+    Examples
+    --------
+    >>> from zarrx.codecs import ZstdCodec
+    >>> peer_codec(ZstdCodec(level=3)).level
+    3
+    """
+    try:
+        from zarr.registry import get_codec_class
+    except ImportError:
+        return codec
+    try:
+        with warnings.catch_warnings():  # zarr-python warns that numcodecs.* codecs are not in the spec
+            warnings.simplefilter("ignore")
+            return get_codec_class(codec.name).from_dict(codec.to_json())
+    except Exception:  # a codec zarr-python does not have (or reads differently): zarrx's object
+        return codec
+
+
 def codec_encoding(array: Array) -> dict[str, Any]:
     """``compressors``, ``filters``, ``shards`` and (v3) ``serializer`` of the array, as xarray's
-    encoding keys. v3 codecs are JSON (``{"name": ..., "configuration": ...}``), which zarrx and
-    zarr-python both accept back; for a sharded array they are the inner chunks' codecs, as
-    ``create_array(shards=...)`` takes them. v2 codecs are numcodecs objects, as engine="zarr" gives."""
+    encoding keys; for a sharded array the inner chunks' codecs, as ``create_array(shards=...)``
+    takes them."""
     pipeline = array.metadata.codecs
     serializer = pipeline.array_bytes
     if getattr(array.metadata, "zarr_format", 3) == 2 or getattr(serializer, "name", None) == "zarr-v2":  # v2 and the 2022 draft
@@ -69,46 +80,24 @@ def codec_encoding(array: Array) -> dict[str, Any]:
         filters += tuple(inner.array_array)
         serializer, compressors = inner.array_bytes, tuple(inner.bytes_bytes)
     return {
-        "compressors": tuple(_codec_json(c) for c in compressors),
-        "filters": tuple(_codec_json(c) for c in filters),
+        "compressors": tuple(peer_codec(c) for c in compressors),
+        "filters": tuple(peer_codec(c) for c in filters),
         "shards": array.shards,
-        "serializer": _codec_json(serializer),
+        "serializer": peer_codec(serializer),
     }
 
 
+def _is_object_codec(codec: Any, key: str) -> bool:
+    try:
+        normalized = as_codec(codec, key)
+    except ZarrxError:
+        return False  # create_array names what is wrong with it
+    return normalized is not None and normalized.name in OBJECT_CODECS
+
+
 def codecs_argument(value: Any, zarr_format: int, key: str) -> Any:
-    """Codecs from an encoding (zarrx codecs, JSON, zarr-python or numcodecs objects) as
-    :func:`zarrx.create_array` takes them."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        codecs = [_codec_argument(codec, zarr_format) for codec in value]
-        if zarr_format == 3 and key == "filters":
-            codecs = [c for c in codecs if not (isinstance(c, Mapping) and c.get("name") in OBJECT_CODECS)]
-        return codecs
-    return _codec_argument(value, zarr_format)
-
-
-def _codec_argument(codec: Any, zarr_format: int) -> Any:
-    if isinstance(codec, Codec):
-        return codec
-    if isinstance(codec, Mapping):
-        if zarr_format == 3 and "id" in codec:  # a numcodecs configuration
-            return _numcodecs_to_v3(dict(codec))
-        return codec
-    if hasattr(codec, "to_dict"):  # a zarr-python v3 codec
-        return codec.to_dict()
-    if hasattr(codec, "get_config"):  # a numcodecs codec
-        config = dict(codec.get_config())
-        return _numcodecs_to_v3(config) if zarr_format == 3 else config
-    return codec
-
-
-def _numcodecs_to_v3(config: dict[str, Any]) -> dict[str, Any]:
-    codec_id = config.pop("id")
-    if codec_id in OBJECT_CODECS:
-        return {"name": codec_id}
-    if codec_id in V3_EQUIVALENTS:
-        name, configuration = V3_EQUIVALENTS[codec_id](config)
-        return {"name": name, "configuration": configuration}
-    return {"name": f"numcodecs.{codec_id}", "configuration": config}
+    """Codecs from an encoding (zarrx, zarr-python or numcodecs objects, JSON, names) as
+    :func:`zarrx.create_array` takes them: as they are, but for the object codecs of filters."""
+    if key == "filters" and isinstance(value, (list, tuple)):
+        return [codec for codec in value if not _is_object_codec(codec, key)]
+    return value

@@ -13,30 +13,47 @@ writer use this store.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from xarray.backends.common import AbstractDataStore, BackendArray
+from xarray.backends.common import NONE_VAR_NAME, AbstractDataStore, BackendArray
 from xarray.backends.zarr import FillValueCoder
 from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from zarrx.errors import MetadataError
+from zarrx.dask.alignment import grid_blocks
+from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
 from zarrx.nodes.prefetch import read_together
 from zarrx.xarray.encoding import codec_encoding
 
-__all__ = ["DIMENSION_KEY", "MissingDimensionsError", "ZarrxBackendArray", "ZarrxDataStore", "dimensions_and_attributes"]
+__all__ = [
+    "DIMENSION_KEY",
+    "NONE_NAME_ATTRIBUTE",
+    "NONE_VARIABLE",
+    "MissingDimensionsError",
+    "ZarrxBackendArray",
+    "ZarrxDataStore",
+    "dimensions_and_attributes",
+]
 
 #: the attribute xarray stores Zarr v2 dimension names in
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
+#: a variable named None is stored under this name with this attribute set to true (xarray's zarr
+#: engine uses "__values__", a name the Zarr spec reserves; both read back as None)
+NONE_VARIABLE = "xarray_none_variable"
+NONE_NAME_ATTRIBUTE = "_xarray_name_is_none"
 
-class MissingDimensionsError(MetadataError):
-    """An array has neither v3 ``dimension_names`` nor a ``_ARRAY_DIMENSIONS`` attribute."""
+
+class MissingDimensionsError(MetadataError, KeyError):
+    """An array has neither v3 ``dimension_names`` nor a ``_ARRAY_DIMENSIONS`` attribute.
+
+    Also a ``KeyError``, which xarray's zarr engine raises in this case."""
 
 
 def _zarr_format(node: Array | Group) -> int:
@@ -57,6 +74,7 @@ class ZarrxBackendArray(BackendArray):
 
     Outer and vectorized keys are read natively (``oindex``/``vindex``); only a vectorized key
     mixing slices and arrays is read as its outer bounding selection, then indexed in memory.
+    ``async_getitem`` serves xarray's asynchronous loading (``ds.load_async()``).
     """
 
     __slots__ = ("_array", "dtype", "shape")
@@ -79,6 +97,11 @@ class ZarrxBackendArray(BackendArray):
         # integer-only keys give NumPy scalars (or str); xarray wants arrays of the array's dtype
         return result if isinstance(result, np.ndarray) else np.asarray(result, dtype=self.dtype)
 
+    async def async_getitem(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        """``self[key]`` for xarray's ``load_async``: the read runs on a worker thread, so the
+        variables loaded together (``asyncio.gather``) read concurrently, each in one batch."""
+        return await asyncio.to_thread(self.__getitem__, key)
+
 
 # -- variables -------------------------------------------------------------------------------------
 def _is_nc_attribute(name: str) -> bool:
@@ -94,6 +117,7 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
     """
     attributes = dict(array.attrs)
     stored = attributes.pop(DIMENSION_KEY, None)
+    attributes.pop(NONE_NAME_ATTRIBUTE, None)
     if _zarr_format(array) == 2:
         attributes = {k: v for k, v in attributes.items() if not _is_nc_attribute(k)}
     names = array.dimension_names
@@ -106,9 +130,11 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
     found = f"dimension_names={list(names)!r}" if names is not None else "no dimension_names"
     if stored is not None:
         found += f" and {DIMENSION_KEY}={stored!r}"
+    missing = "`dimension_names` metadata" if _zarr_format(array) == 3 else f"attribute `{DIMENSION_KEY}`,"
     raise MissingDimensionsError(
-        f"array {array.name!r} in {array.store!r} (shape {array.shape}) has {found}: xarray needs one name per "
-        f"dimension. Give it v3 dimension_names (or the {DIMENSION_KEY} attribute for Zarr v2), "
+        f"Zarr object is missing the {missing} which is required for xarray to determine variable dimensions: "
+        f"array {array.name!r} in {array.store!r} (shape {array.shape}) has {found}. Give it one name per "
+        f"dimension (v3 dimension_names, or the {DIMENSION_KEY} attribute for Zarr v2), "
         f"or skip it with drop_variables=[{array.basename!r}]"
     )
 
@@ -122,6 +148,11 @@ def _is_dimension_coordinate(name: str, array: Array) -> bool:
     except MetadataError:
         return False
     return dimensions == (name,)
+
+
+def _variable_key(name: str, array: Array) -> str:
+    """The variable's key for xarray: its name, or xarray's stand-in for None (which xarray decodes)."""
+    return NONE_VAR_NAME if array.attrs.get(NONE_NAME_ATTRIBUTE) is True else name
 
 
 def _decode_fill_value_attribute(value: Any, dtype: np.dtype) -> Any:
@@ -147,9 +178,12 @@ class ZarrxDataStore(AbstractDataStore):
         False for v3 (xarray's defaults).
     drop_variables
         Arrays never opened (nor checked for dimension names).
+    cache_members
+        List the group's children once (True, engine="zarr"'s default) or at every look (False),
+        to see arrays another writer adds meanwhile.
     """
 
-    __slots__ = ("group", "use_zarr_fill_value_as_mask", "_drop", "_members", "_codec_encodings")
+    __slots__ = ("group", "use_zarr_fill_value_as_mask", "cache_members", "_drop", "_members", "_codec_encodings")
 
     def __init__(
         self,
@@ -157,8 +191,10 @@ class ZarrxDataStore(AbstractDataStore):
         *,
         use_zarr_fill_value_as_mask: bool | None = None,
         drop_variables: str | Iterable[str] | None = None,
+        cache_members: bool = True,
     ) -> None:
         self.group = group
+        self.cache_members = bool(cache_members)
         if use_zarr_fill_value_as_mask is None:
             use_zarr_fill_value_as_mask = _zarr_format(group) == 2
         self.use_zarr_fill_value_as_mask = bool(use_zarr_fill_value_as_mask)
@@ -173,8 +209,8 @@ class ZarrxDataStore(AbstractDataStore):
 
     @property
     def members(self) -> dict[str, Array | Group]:
-        """The group's children by name, read once."""
-        if self._members is None:
+        """The group's children by name, read once (at every look without ``cache_members``)."""
+        if self._members is None or not self.cache_members:
             self._members = dict(self.group.members())
         return self._members
 
@@ -193,6 +229,8 @@ class ZarrxDataStore(AbstractDataStore):
         data = indexing.LazilyIndexedArray(ZarrxBackendArray(array))
         # dask blocks follow the stored objects: the shards of a sharded array, else its chunks
         stored = array.shards or array.chunks
+        if stored and isinstance(stored[0], tuple):  # a rectilinear grid: its chunks, cut at the array's end
+            stored = grid_blocks(stored, array.shape)
         encoding: dict[str, Any] = {
             "chunks": array.chunks,
             "preferred_chunks": dict(zip(dimensions, stored)),
@@ -219,33 +257,48 @@ class ZarrxDataStore(AbstractDataStore):
         return dict(cached[1])
 
     def get_variables(self) -> FrozenDict:
+        self.get_dimensions()  # conflicting lengths: a zarrx error naming them, not xarray's bare ValueError
         arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
         # xarray reads every dimension coordinate to build its indexes, one after another:
         # the first of those reads fetches them all in one batch (one round trip, not one each)
         indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
         arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
-        return FrozenDict((name, self.open_store_variable(name, array)) for name, array in arrays.items())
+        return FrozenDict(
+            (_variable_key(name, array), self.open_store_variable(name, array)) for name, array in arrays.items()
+        )
 
     def get_attrs(self) -> dict[str, Any]:
         return {k: v for k, v in self.group.attrs.asdict().items() if not _is_nc_attribute(k)}
 
     def get_dimensions(self) -> dict[str, int]:
-        dimensions: dict[str, int] = {}
+        """The length of each dimension of the group's arrays (those not dropped).
+
+        Raises :class:`~zarrx.errors.ConflictingDimensionsError` (a ValueError) naming the
+        dimension and the arrays when two arrays give one dimension different lengths.
+        """
+        dimensions: dict[str, tuple[int, str]] = {}
         for name, array in self.arrays.items():
+            if name in self._drop:
+                continue
             names, _ = dimensions_and_attributes(array)
             for dim, size in zip(names, array.shape):
-                if dimensions.setdefault(dim, size) != size:
-                    raise ValueError(
-                        f"found conflicting lengths for dimension {dim!r} ({size} in array {name!r} != "
-                        f"{dimensions[dim]})"
+                length, first = dimensions.setdefault(dim, (size, name))
+                if length != size:
+                    raise ConflictingDimensionsError(
+                        f"dimension {dim!r} has length {length} in array {first!r} but {size} in array {name!r} "
+                        f"of group {self.group.name!r} in {self.group.store!r}; xarray needs one length per "
+                        f"dimension: resize one of them, or skip it with drop_variables=[{name!r}]"
                     )
-        return dimensions
+        return {dim: length for dim, (length, _) in dimensions.items()}
 
     def walk(self, path: str = "/") -> Iterator[tuple[str, "ZarrxDataStore"]]:
         """``(path, store)`` for this group and every group below it, depth first."""
         yield path, self
         for name, child in self.groups.items():
             store = ZarrxDataStore(
-                child, use_zarr_fill_value_as_mask=self.use_zarr_fill_value_as_mask, drop_variables=self._drop
+                child,
+                use_zarr_fill_value_as_mask=self.use_zarr_fill_value_as_mask,
+                drop_variables=self._drop,
+                cache_members=self.cache_members,
             )
             yield from store.walk(f"{path.rstrip('/')}/{name}")

@@ -44,10 +44,12 @@ from xarray.core.datatree import DataTree
 
 from zarrx.errors import NodeNotFoundError, UsageError
 from zarrx.nodes.api import consolidate_metadata, open_group
+from zarrx.nodes.consolidated import batched_updates
 from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
+from zarrx.xarray.validation import check_encoding_argument, check_names
 
 __all__ = ["MODES", "to_zarr", "dataarray_to_zarr", "datatree_to_zarr"]
 
@@ -67,9 +69,15 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     if mode not in MODES:
         raise UsageError(f"mode: expected one of {MODES}, found {mode!r}")
     if append_dim is not None and mode not in ("a", "a-"):
-        raise UsageError(f"append_dim={append_dim!r} needs mode 'a' or 'a-' (or None), found mode={mode!r}")
+        raise UsageError(
+            f"cannot set append_dim unless mode='a' or mode=None (or mode='a-'): append_dim={append_dim!r} "
+            f"grows the stored arrays, found mode={mode!r}"
+        )
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise UsageError(f"region needs mode 'a', 'a-' or 'r+' (or None), found mode={mode!r}")
+        raise UsageError(
+            f"cannot set region unless mode='a', mode='a-', mode='r+' or mode=None: a region is written into "
+            f"existing arrays, found mode={mode!r}"
+        )
     return mode
 
 
@@ -77,20 +85,26 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
 def to_zarr(
     dataset: Dataset,
     store: Any = None,
-    group: str | None = None,
     mode: str | None = None,
+    group: str | None = None,
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+    *,
+    compute: bool = True,
+    consolidated: bool | None = None,
     append_dim: Hashable | None = None,
     region: Mapping[Hashable, slice | Literal["auto"]] | Literal["auto"] | None = None,
-    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
-    compute: bool = True,
-    consolidated: bool | None = True,
-    zarr_format: int | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    write_empty_chunks: bool | None = None,
     safe_chunks: bool = True,
     align_chunks: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+    rectilinear: bool = False,
 ) -> Group | Any:
     """Write ``dataset`` to the group ``group`` of ``store`` (``ds.zarrx.to_zarr(...)``).
+
+    The parameters are ``xarray.Dataset.to_zarr``'s, in its order; what zarrx does differently
+    is in the user guide's "Differences from engine='zarr'".
 
     Parameters
     ----------
@@ -115,20 +129,28 @@ def to_zarr(
         (``dtype``, ``_FillValue``, ``scale_factor``, ``add_offset``, ``units``, ``calendar``).
     compute
         False: create the arrays and write NumPy data now, and return a ``dask.delayed``
-        object that writes the dask-backed data in parallel when computed.
+        object that writes the dask-backed data in parallel when computed. The writes of all
+        variables are one computation: work they share upstream runs once.
     consolidated
         Write consolidated metadata at the store's root (True, None). False does not add it,
         but refreshes consolidated metadata that is already there.
+    chunkmanager_store_kwargs
+        Keywords for ``dask.compute`` of the writes (``scheduler=...``), with ``compute=True``.
     zarr_format
         3 (default for new groups) or 2; None: the existing group's format, else 3.
     write_empty_chunks
         Store chunks that are all fill value (default: leave them out).
     safe_chunks, align_chunks
         See the module docstring: refuse (default) or rechunk layouts that would race.
+    rectilinear
+        Store a new dask-backed variable whose blocks are irregular (after a filter, a
+        concatenation, a groupby) with its blocks as the chunks -- a rectilinear chunk grid --
+        instead of refusing them (its ``encoding["chunks"]``, when given, still decides).
 
     Returns
     -------
-    The written :class:`zarrx.Group`, or a ``dask.delayed.Delayed`` when ``compute=False``.
+    The written :class:`zarrx.Group` (xarray returns its ``ZarrStore``), or a
+    ``dask.delayed.Delayed`` when ``compute=False``.
 
     Examples
     --------
@@ -139,16 +161,20 @@ def to_zarr(
     (('x',), array([0., 1., 2., 3.]))
     """
     mode = choose_mode(mode, append_dim, region)
-    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+    # arguments are checked before the store is touched (mode "w" replaces the group)
+    check_names(dataset)
+    encoding = check_encoding_argument(encoding, dataset)
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    target = _open_target(zstore, group, mode, zarr_format)
-    DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
-    _consolidate(zstore, consolidated, mode)
-    return _finish(target, options, compute)
+    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
+        target = open_target(zstore, group, mode, zarr_format)
+        DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
+    consolidate_after_write(zstore, consolidated, mode)
+    return _finish(target, options, compute, chunkmanager_store_kwargs)
 
 
 def dataarray_to_zarr(array: DataArray, store: Any = None, *args: Any, **kwargs: Any) -> Group | Any:
-    """Write a DataArray as a one-variable Dataset; takes :func:`to_zarr`'s keywords.
+    """Write a DataArray as a one-variable Dataset; takes :func:`to_zarr`'s arguments.
 
     ``xr.open_dataarray(store, engine=...)`` gives it back with its name (None included)."""
     if array.name is None or array.name in array.coords or array.name in array.dims:
@@ -163,23 +189,27 @@ def dataarray_to_zarr(array: DataArray, store: Any = None, *args: Any, **kwargs:
 def datatree_to_zarr(
     tree: DataTree,
     store: Any = None,
-    group: str | None = None,
     mode: str | None = None,
+    encoding: Mapping[str, Mapping[Hashable, Mapping[str, Any]]] | None = None,
+    consolidated: bool | None = True,
+    group: str | None = None,
+    write_inherited_coords: bool = False,
+    compute: bool = True,
+    *,
     append_dim: Hashable | None = None,
     region: Mapping[Hashable, slice | Literal["auto"]] | Literal["auto"] | None = None,
-    encoding: Mapping[str, Mapping[Hashable, Mapping[str, Any]]] | None = None,
-    compute: bool = True,
-    consolidated: bool | None = True,
-    zarr_format: int | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    write_empty_chunks: bool | None = None,
     safe_chunks: bool = True,
     align_chunks: bool = False,
-    write_inherited_coords: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+    rectilinear: bool = False,
 ) -> Group | Any:
     """Write every node of ``tree`` as a group (``dt.zarrx.to_zarr(...)``).
 
-    Takes :func:`to_zarr`'s keywords; ``encoding`` is keyed by node path (``"/"``,
+    The arguments are ``xarray.DataTree.to_zarr``'s, in its order, then :func:`to_zarr`'s
+    keywords; ``encoding`` is keyed by node path (``"/"``,
     ``"/a/b"``), each value as :func:`to_zarr`'s. Inherited coordinates are written only at the
     node that defines them unless ``write_inherited_coords``. With ``append_dim``, nodes whose
     variables have that dimension are appended to and the others are rewritten as in mode ``a``
@@ -198,25 +228,34 @@ def datatree_to_zarr(
     encoding = dict(encoding or {})
     unknown = set(encoding) - set(tree.groups)
     if unknown:
-        raise UsageError(f"encoding: {sorted(unknown)} are not groups of the tree (its groups: {list(tree.groups)})")
-    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks)
+        raise UsageError(
+            f"unexpected encoding group name(s) provided: {unknown}: they are not groups of the tree (its "
+            f"groups: {list(tree.groups)})"
+        )
+    for path, node in tree.subtree_with_keys:
+        # arguments are checked before the store is touched (mode "w" replaces the group)
+        check_names(node.dataset)
+        check_encoding_argument(encoding.get(node.path), node.to_dataset(inherit=True))
+    options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    root = _open_target(zstore, group, mode, zarr_format)
-    for relative, node in tree.subtree_with_keys:
-        at_root = node is tree
-        dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
-        target = root if at_root else _child_group(root, relative, mode)
-        # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
-        # only its new variables
-        node_append_dim = append_dim if append_dim in dataset.dims else None
-        writer = DatasetWriter(target, options, append_dim=node_append_dim)
-        writer.write(dataset, region=region, encoding=encoding.get(node.path))
-    _consolidate(zstore, consolidated, mode)
-    return _finish(root, options, compute)
+    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
+        root = open_target(zstore, group, mode, zarr_format)
+        for relative, node in tree.subtree_with_keys:
+            at_root = node is tree
+            dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
+            target = root if at_root else _child_group(root, relative, mode)
+            # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
+            # only its new variables
+            node_append_dim = append_dim if append_dim in dataset.dims else None
+            writer = DatasetWriter(target, options, append_dim=node_append_dim)
+            writer.write(dataset, region=region, encoding=encoding.get(node.path))
+    consolidate_after_write(zstore, consolidated, mode)
+    return _finish(root, options, compute, chunkmanager_store_kwargs)
 
 
 # -- opening the target ----------------------------------------------------------------------------
-def _open_target(store: Store, group: str | None, mode: str, zarr_format: int | None) -> Group:
+def open_target(store: Store, group: str | None, mode: str, zarr_format: int | None) -> Group:
+    """The group ``group`` of ``store`` opened (or created) for a write in ``mode``."""
     path = "" if group is None else str(group).strip("/")
     kwargs = {} if zarr_format is None else {"zarr_format": zarr_format}
     return open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
@@ -231,7 +270,7 @@ def _child_group(root: Group, relative: str, mode: str) -> Group:
     return root.require_group(relative)
 
 
-def _consolidate(store: Store, consolidated: bool | None, mode: str) -> None:
+def consolidate_after_write(store: Store, consolidated: bool | None, mode: str) -> None:
     """Write (or refresh) the root's consolidated metadata after a write that changed metadata."""
     if mode == "r+":
         return  # region writes change no metadata
@@ -244,11 +283,15 @@ def _consolidate(store: Store, consolidated: bool | None, mode: str) -> None:
     consolidate_metadata(store, "")
 
 
-def _finish(group: Group, options: WriteOptions, compute: bool) -> Group | Any:
+def _finish(
+    group: Group, options: WriteOptions, compute: bool, compute_kwargs: Mapping[str, Any] | None
+) -> Group | Any:
+    """Run (or, without ``compute``, wrap in one Delayed) the writes of every variable together:
+    one graph, so upstream work the variables share is computed once."""
     if not compute:
         return dask.delayed(_written, pure=False)(options.writes)
     if options.writes:
-        dask.compute(*options.writes)
+        dask.compute(*options.writes, **dict(compute_kwargs or {}))
     return group
 
 

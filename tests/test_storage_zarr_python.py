@@ -1,0 +1,65 @@
+"""zarr-python's stores as zarrx stores (:class:`zarrx.storage.ZarrPythonStore`): the store
+conformance suite on zarr-python's MemoryStore, and arrays shared both ways.
+
+(zarr-python's LocalStore keeps a folder listed after its last key is deleted and cannot hold a
+key that is also a prefix, as a file system cannot; the suite asks for neither of those of the
+stores zarrx makes, so it runs on the MemoryStore, and the LocalStore is tested with arrays.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import zarrx
+from zarrx.storage import ZarrPythonStore, make_store
+from zarrx.storage.zarr_python import zarr_python_array_location
+
+from tests.test_storage import StoreSuite
+
+
+class TestZarrPythonMemoryStore(StoreSuite):
+    pickle_shares_data = False
+
+    @pytest.fixture
+    def location(self):
+        return {}
+
+    def open_store(self, location, read_only=False):
+        return ZarrPythonStore(zarr.storage.MemoryStore(location), read_only=read_only)
+
+
+def test_a_zarr_python_local_store_round_trips_a_dataset(tmp_path):
+    import xarray as xr
+
+    ds = xr.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(3, 4))}, coords={"x": [1, 2, 3]})
+    store = zarr.storage.LocalStore(tmp_path / "d.zarr")
+    ds.zarrx.to_zarr(store, mode="w")
+    xr.testing.assert_identical(xr.open_dataset(store, engine="zarrx"), ds)
+    xr.testing.assert_identical(xr.open_dataset(tmp_path / "d.zarr", engine="zarr"), ds)
+
+
+def test_make_store_takes_a_zarr_python_store_and_respects_read_only(tmp_path):
+    peer = zarr.storage.LocalStore(tmp_path / "s")
+    assert isinstance(make_store(peer, mode="a"), ZarrPythonStore)
+    assert make_store(peer, mode="r").read_only
+    assert make_store(zarr.storage.LocalStore(tmp_path / "s", read_only=True), mode="a").read_only
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_arrays_in_a_zarr_python_store_are_shared_both_ways(zarr_format):
+    peer = zarr.zeros((6, 4), chunks=(2, 2), dtype="int32", zarr_format=zarr_format)
+    peer[:2] = 7
+    store, path = zarr_python_array_location(peer)
+    ours = zarrx.open_array(store, path, mode="r+")
+    np.testing.assert_array_equal(ours[:], peer[:])
+    ours[4:, 2:] = np.arange(4).reshape(2, 2)
+    np.testing.assert_array_equal(peer[4:, 2:], [[0, 1], [2, 3]])
+    group = zarrx.open_group(zarr.storage.MemoryStore({}), mode="w", zarr_format=zarr_format)
+    group.create_array("a", shape=(3,), dtype="float64", chunks=(2,))[:] = [1.0, 2.0, 3.0]
+    np.testing.assert_array_equal(zarr.open_array(group.store._store, path="a")[:], [1.0, 2.0, 3.0])
+
+
+def test_anything_else_is_not_taken_for_a_zarr_python_object():
+    assert zarr_python_array_location(np.zeros(3)) is None
+    assert zarr_python_array_location(zarrx.create_array({}, shape=(2,), dtype="i1")) is None

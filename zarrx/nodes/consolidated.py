@@ -1,0 +1,434 @@
+"""Consolidated metadata that stays true when members change.
+
+A group's consolidated metadata copies the documents of every node below it, so a reader opens
+the whole hierarchy with one request: for Zarr v3 the ``consolidated_metadata`` inside the group's
+``zarr.json`` (zarr-python 3's inline form), for Zarr v2 the ``.zmetadata`` beside its
+``.zgroup``. A copy is stale as soon as a member's own document changes -- and a reader of the
+copy would silently see the old shape, attributes or members. So every metadata write zarrx makes
+updates each consolidated copy of the node it changes (:func:`write_metadata` for an existing
+node's attributes, ``resize`` and ``append``; :func:`update_copies` after creating, overwriting or
+deleting nodes):
+
+1. **Where the copies are.** A node opened by its path knows nothing of its ancestors, and any of
+   them may hold a copy (the root, and any group consolidated on its own). So the ancestors'
+   documents are read, in one batch, when a node's metadata is written: v3 the ``zarr.json`` of
+   each ancestor, v2 the ``.zmetadata`` of each ancestor (and of a group itself, whose own
+   ``.zattrs`` is copied there). Creating a node reads the ancestors' documents anyway (to find
+   the groups to add above it), so creation costs no extra request. Chunk writes never touch
+   metadata and cost nothing; a hierarchy without consolidated metadata pays one batched read
+   of small documents per metadata write.
+2. **Order.** The member's own documents are written first, then each consolidated document
+   that holds a copy, rewritten whole (one atomic ``set`` each) with the copy replaced, added or
+   removed and everything else kept as it was. A failure of that second step is a
+   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it.
+3. **A group's own copy.** Writing a v3 group's attributes keeps the ``consolidated_metadata``
+   its ``zarr.json`` holds *now* (read in the same batch), not the one it was opened with, which
+   member writes may have updated since.
+
+Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
+Within a process the metadata writes of one store are serialized (:func:`metadata_lock`), so
+threads appending to different arrays lose no update. A writer of many nodes wraps its writes in
+:func:`batched_updates`, which rewrites each consolidated document once at the end instead of once
+per node (the xarray writer does). Zarr has no locks across processes: two
+processes changing metadata of one hierarchy at the same moment can each rewrite a consolidated
+document from the version before the other's change, leaving it stale.
+:func:`disagreements` finds such copies (``zarrx verify`` reports them) and
+:func:`zarrx.consolidate_metadata` rewrites them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from zarrx.errors import MetadataError, StoreError
+from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
+from zarrx.metadata.protocol import NodeMetadata
+from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2
+from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
+from zarrx.storage.paths import join_key
+from zarrx.storage.store import Store
+
+__all__ = [
+    "write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
+    "metadata_lock", "batched_updates",
+]  # fmt: skip
+
+#: a change to one node: its path, its new metadata (None: it and everything below it were
+#: deleted) and its Zarr format (2 or 3; which consolidated documents may copy it)
+Change = tuple[str, "NodeMetadata | None", int]
+
+#: the document that may hold consolidated copies, by Zarr format
+_DOCUMENT = {3: ZARR_JSON, 2: ZMETADATA}
+#: locks serializing the metadata writes of one store within this process, picked by the store's
+#: location (a fixed pool: two stores sharing a lock only wait for each other)
+_LOCKS = tuple(threading.RLock() for _ in range(64))
+
+
+def _store_key(store: Store) -> Any:
+    """What identifies ``store``'s data in this process: its location, or the object itself."""
+    try:
+        hash(store.location)
+    except TypeError:  # an unhashable location
+        return ("object", id(store))
+    return store.location
+
+
+def metadata_lock(store: Store) -> threading.RLock:
+    """The lock that serializes, within this process, the metadata writes of ``store``'s hierarchy
+    (a read-modify-write of a consolidated document must not interleave with another)."""
+    return _LOCKS[hash(_store_key(store)) % len(_LOCKS)]
+
+
+#: the changes recorded for each store inside :func:`batched_updates`, by _store_key
+_BATCHES: dict[Any, list[Change]] = {}
+_BATCHES_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def batched_updates(store: Store) -> Iterator[None]:
+    """Bring the consolidated copies up to date once, at the end, for all the metadata writes to
+    ``store`` inside the block (also when it fails half-way).
+
+    A writer of many nodes -- the xarray writer appending to every variable of a dataset -- would
+    otherwise rewrite each consolidated document once per node: quadratic in the members. Inside
+    the block the documents are stale; nested blocks update at the outermost end.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> arrays = [root.create_array(f"v{i}", shape=(1,), dtype="int8") for i in range(3)]
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> with batched_updates(root.store):
+    ...     for array in arrays:
+    ...         _ = array.append([1])
+    >>> [zarrx.open_group(root.store)[f"v{i}"].shape for i in range(3)]
+    [(2,), (2,), (2,)]
+    """
+    key = _store_key(store)
+    with _BATCHES_GUARD:
+        outermost = key not in _BATCHES
+        if outermost:
+            _BATCHES[key] = []
+    try:
+        yield
+    finally:
+        if outermost:
+            with _BATCHES_GUARD:
+                changes = _BATCHES.pop(key)
+            if changes:
+                update_copies(store, changes)
+
+
+def _batching(store: Store) -> bool:
+    """Whether metadata writes to ``store`` are inside a :func:`batched_updates` block."""
+    with _BATCHES_GUARD:
+        return _store_key(store) in _BATCHES
+
+
+def _recorded(store: Store, changes: list[Change]) -> bool:
+    """Whether ``changes`` were recorded for the end of a :func:`batched_updates` block."""
+    with _BATCHES_GUARD:
+        pending = _BATCHES.get(_store_key(store))
+        if pending is not None:
+            pending.extend(changes)
+    return pending is not None
+
+
+def _ancestors(path: str) -> list[str]:
+    """The groups above ``path``: ``""`` first, its parent last."""
+    parts = path.split("/")[:-1] if path else []
+    return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))] if path else []
+
+
+def _relative(path: str, group: str) -> str:
+    return path[len(group) + 1 :] if group else path
+
+
+def copy_keys(path: str, zarr_format: int, is_group: bool) -> list[str]:
+    """The keys of the documents that may hold a consolidated copy of the node at ``path``:
+    each ancestor's ``zarr.json`` (v3) or ``.zmetadata`` (v2, and a group's own, which copies
+    its ``.zattrs``).
+
+    Examples
+    --------
+    >>> copy_keys("a/b/x", 3, is_group=False)
+    ['zarr.json', 'a/zarr.json', 'a/b/zarr.json']
+    >>> copy_keys("a", 2, is_group=True)
+    ['.zmetadata', 'a/.zmetadata']
+    """
+    document = _DOCUMENT.get(zarr_format)
+    if document is None:
+        return []
+    groups = _ancestors(path) + ([path] if is_group and zarr_format == 2 else [])
+    return [join_key(group, document) for group in groups]
+
+
+# -- writing ------------------------------------------------------------------------------------
+def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetadata:
+    """Write the documents of the existing node at ``path`` and update its consolidated copies;
+    returns the metadata written (a v3 group's ``consolidated_metadata`` as stored now).
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> x = root.create_array("x", shape=(2,), dtype="int8")
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> _ = write_metadata(root.store, "x", x.metadata.evolve(attributes={"units": "m"}))
+    >>> zarrx.open_group(root.store)["x"].attrs["units"]  # the consolidated copy
+    'm'
+    """
+    zarr_format = metadata.zarr_format
+    keys = [] if _batching(store) else copy_keys(path, zarr_format, metadata.node_type == "group")
+    own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
+    keep_own = zarr_format == 3 and metadata.node_type == "group"
+    with metadata_lock(store):
+        documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
+        if keep_own:
+            metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+        write_node(store, path, metadata)
+        update_copies(store, [(path, metadata, zarr_format)], documents, current=True)
+    return metadata
+
+
+def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | None:
+    if raw is None:
+        return None
+    return ConsolidatedMetadata.from_json(decode_json(raw, key).get("consolidated_metadata"))
+
+
+def update_copies(
+    store: Store,
+    changes: Iterable[Change],
+    documents: Mapping[str, bytes | None] | None = None,
+    *,
+    current: bool = False,
+) -> None:
+    """Bring every consolidated copy of the changed nodes up to date (their own documents are
+    written already).
+
+    ``documents`` are the documents that may hold copies, read before (by key): those that do hold
+    copies are read again under :func:`metadata_lock` unless ``current`` says they were read under
+    it, and the keys missing from them are read in the same batch. A hierarchy without
+    consolidated metadata so needs no read at all when ``documents`` has every key.
+    """
+    changes = list(changes)
+    if _recorded(store, changes):
+        return  # brought up to date at the end of the batch
+    keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
+        path, zarr_format, metadata is not None and metadata.node_type == "group"
+    )))  # fmt: skip
+    with metadata_lock(store):
+        found = dict(documents or {})
+        stale = [] if current else [key for key in keys if found.get(key) and _editable(found[key], key) is not None]
+        missing = [key for key in keys if key not in found or key in stale]
+        if missing:
+            found.update(store.get_many(missing))
+        _write_copies(store, changes, keys, found)
+
+
+def _write_copies(store: Store, changes: list[Change], keys: list[str], found: Mapping[str, bytes | None]) -> None:
+    """Apply ``changes`` to the consolidated documents ``found`` under ``keys`` and write those changed."""
+    updated = {}
+    for key in keys:
+        raw = found.get(key)
+        if raw is None:
+            continue
+        document = _editable(raw, key)
+        if document is not None and _apply(document, key, changes):
+            updated[key] = encode_json(document)
+    if not updated:
+        return
+    try:
+        store.set_many(updated)
+    except StoreError as error:
+        groups = ", ".join(repr("/" + key.rpartition("/")[0]) for key in updated)
+        raise StoreError(
+            f"the metadata of {', '.join(repr('/' + path) for path, _, _ in changes)} was written, but the "
+            f"consolidated metadata of {groups} could not be updated and is stale until "
+            f"zarrx.consolidate_metadata runs on it (zarrx verify reports it): {error}"
+        ) from error
+
+
+def _editable(raw: bytes, key: str) -> dict[str, Any] | None:
+    """The consolidated document at ``key`` as JSON to edit, or None when it holds no copies
+    (a group without consolidated metadata) or cannot be read (left for verify to report)."""
+    try:
+        document = decode_json(raw, key)
+    except MetadataError:
+        return None
+    entries = _entries(document, key)
+    return document if isinstance(entries, dict) else None
+
+
+def _entries(document: dict[str, Any], key: str) -> Any:
+    if key.endswith(ZMETADATA):
+        return document.get("metadata")
+    consolidated = document.get("consolidated_metadata")
+    return consolidated.get("metadata") if isinstance(consolidated, dict) else None
+
+
+def _apply(document: dict[str, Any], key: str, changes: list[Change]) -> bool:
+    """Apply the changes below the group of ``key`` to its copies; whether anything changed."""
+    group = key.rpartition("/")[0]
+    v2 = key.endswith(ZMETADATA)
+    entries = _entries(document, key)
+    before = dict(entries)
+    for path, metadata, zarr_format in changes:
+        inside = path == group or (path.startswith(group + "/") if group else bool(path))
+        if not inside or zarr_format != (2 if v2 else 3):
+            continue
+        relative = _relative(path, group)
+        if metadata is None:
+            _remove(entries, relative, v2)
+        elif v2:
+            _remove(entries, relative, v2, documents_only=True)
+            for name, raw in metadata.documents().items():
+                entries[join_key(relative, name)] = decode_json(raw, join_key(path, name))
+        elif relative:
+            copy = metadata.to_json()
+            copy.pop("consolidated_metadata", None)  # a member's own copies are not copied
+            entries[relative] = copy
+    return entries != before
+
+
+def _remove(entries: dict[str, Any], relative: str, v2: bool, documents_only: bool = False) -> None:
+    """Drop the copies of the node ``relative`` (and, unless ``documents_only``, of everything below it)."""
+    if not relative:
+        return  # a group's own documents in its .zmetadata: it was deleted with them
+    names = [join_key(relative, name) for name in (ZARRAY, ZGROUP, ZATTRS)] if v2 else [relative]
+    for name in names:
+        entries.pop(name, None)
+    if not documents_only:
+        below = relative + "/"
+        for name in [name for name in entries if name.startswith(below)]:
+            del entries[name]
+
+
+# -- checking -----------------------------------------------------------------------------------
+def find_stale(
+    store: Store,
+    groups: Mapping[str, Any],
+    nodes: Mapping[str, NodeMetadata],
+    skipped: Callable[[str], bool] = lambda path: False,
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The consolidated copies of a walked hierarchy that disagree with their members.
+
+    ``groups`` and ``nodes`` (arrays and groups) are metadata by path, as the nodes' own documents
+    say; members under a path ``skipped`` says (their documents could not be read) are not judged.
+    Returns ``(stale, invalid)``: ``(consolidated document key, member path, what differs)`` for
+    each disagreement (:func:`disagreements`), and ``(key, group path, error)`` for each
+    consolidated document that does not parse. Reads the v2 groups' ``.zmetadata`` in one batch.
+    """
+    v2_keys = [join_key(path, ZMETADATA) for path, metadata in groups.items() if metadata.zarr_format == 2]
+    zmetadata = store.get_many(v2_keys) if v2_keys else {}
+    stale, invalid = [], []
+    for group, metadata in sorted(groups.items()):
+        key = join_key(group, ZMETADATA if metadata.zarr_format == 2 else ZARR_JSON)
+        raw = zmetadata.get(key)
+        if raw is None and getattr(metadata, "consolidated_metadata", None) is None:
+            continue  # not consolidated (or the draft layout, which has no consolidated metadata)
+        try:
+            copies = parse_copies(metadata, raw, group)
+        except MetadataError as error:
+            invalid.append((key, group, str(error)))
+            continue
+        below = join_key(group, "")
+        members = {
+            path[len(below) :]: node for path, node in nodes.items()
+            if path.startswith(below) and path != group and node.zarr_format == metadata.zarr_format
+        }  # fmt: skip
+        copies = {relative: copy for relative, copy in copies.items() if not skipped(join_key(group, relative))}
+        for relative, difference in disagreements(group, copies, members):
+            member = join_key(group, relative)
+            stale.append((key, member, f"{'/' + member!r}: {difference}"))
+    return stale, invalid
+
+
+def disagreements(
+    group: str, copies: Mapping[str, NodeMetadata | Exception], members: Mapping[str, NodeMetadata]
+) -> list[tuple[str, str]]:
+    """Where the consolidated metadata of the group at ``group`` disagrees with its members'
+    own documents: ``(member path, what differs)``, sorted by path.
+
+    ``copies`` are the parsed consolidated copies by path relative to the group (an exception
+    for one that does not parse); ``members`` the nodes below the group as their own documents
+    say, by path relative to the group. A copy of a member that no longer exists, a member
+    without a copy and a copy that differs (naming the fields) are each reported.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> a = zarrx.create_array({}, shape=(2,), dtype="int8")
+    >>> disagreements("", {"x": a.metadata}, {"x": a.metadata.evolve(shape=(4,)), "y": a.metadata})
+    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'stored, but missing from the consolidated metadata')]
+    """
+    found = []
+    for path in sorted(set(copies) | set(members)):
+        copy, member = copies.get(path), members.get(path)
+        if member is None:
+            found.append((path, "in the consolidated metadata, but not stored (deleted since?)"))
+        elif copy is None:
+            found.append((path, "stored, but missing from the consolidated metadata"))
+        elif isinstance(copy, Exception):
+            found.append((path, f"its consolidated copy is invalid: {copy}"))
+        else:
+            difference = _difference(_comparable(member), _comparable(copy))
+            if difference:
+                found.append((path, difference.replace("{document}", _document_name(member))))
+    return found
+
+
+def _comparable(metadata: NodeMetadata) -> dict[str, Any]:
+    """The fields of a node's documents, in canonical form (consolidated copies left out)."""
+    if metadata.zarr_format == 2:
+        merged: dict[str, Any] = {}
+        for name, raw in metadata.documents().items():
+            merged.update({f"{name}:{field}": value for field, value in decode_json(raw, name).items()})
+        return merged
+    document = metadata.to_json()
+    document.pop("consolidated_metadata", None)
+    return document
+
+
+def _document_name(metadata: NodeMetadata) -> str:
+    return ZARR_JSON if metadata.zarr_format == 3 else ("/".join(metadata.documents()))
+
+
+def _difference(member: dict[str, Any], copy: dict[str, Any]) -> str:
+    fields = sorted(name for name in set(member) | set(copy) if member.get(name) != copy.get(name))
+    return "; ".join(
+        f"{name}: {_shown(member.get(name))} in its {{document}}, {_shown(copy.get(name))} in the consolidated metadata"
+        for name in fields[:3]
+    ) + (f"; and {len(fields) - 3} more fields" if len(fields) > 3 else "")
+
+
+def _shown(value: Any) -> str:
+    text = "absent" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_copies(group_metadata: Any, v2_document: bytes | None, group: str) -> dict[str, NodeMetadata | Exception]:
+    """The consolidated copies of the group at ``group`` by relative path, parsed (an exception
+    for a copy that does not parse): v3 from its metadata, v2 from its ``.zmetadata`` bytes."""
+    from zarrx.nodes.hierarchy import FORMATS  # the formats' own parsers of consolidated entries
+
+    if v2_document is not None:
+        from zarrx.metadata.v2 import ConsolidatedMetadataV2
+
+        entries = ConsolidatedMetadataV2.from_json(v2_document, join_key(group, ZMETADATA)).metadata
+        node_format = FORMATS[2]
+    else:
+        consolidated = getattr(group_metadata, "consolidated_metadata", None)
+        entries = consolidated.metadata if consolidated is not None else {}
+        node_format = FORMATS[3]
+    copies: dict[str, NodeMetadata | Exception] = {}
+    for relative, entry in entries.items():
+        try:
+            copies[relative] = node_format.parse_consolidated(entry, join_key(group, relative))
+        except MetadataError as error:
+            copies[relative] = error
+    return copies
