@@ -25,6 +25,7 @@ dropped, and the client's TCP stack sends them again after 1 s, 3 s, ...).
 :class:`Drip`          answers 200 and sends the body one byte every ``interval`` seconds
 :class:`HugeBody`      answers every GET with ``size`` bytes (1 GiB), with or without
                        ``Content-Length``
+:class:`GzipBomb`      answers a small gzip body that decompresses to ``size`` bytes
 :class:`Redirect`      answers 302 to another path (``prefix`` + path), or to itself (a loop)
 :class:`HtmlPage`      answers every GET 200 with an HTML page (a login page, a "soft 404")
 =====================  ==========================================================================
@@ -67,7 +68,7 @@ from typing import Callable, Iterator
 
 __all__ = [
     "Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways",
-    "Throttle", "RefuseFirst", "Stall", "Drip", "HugeBody", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
+    "Throttle", "RefuseFirst", "Stall", "Drip", "HugeBody", "GzipBomb", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
     "PlainServer", "ServerProcess",
 ]  # fmt: skip
 
@@ -222,6 +223,37 @@ class HugeBody:
             left -= len(block)
             self.sent += len(block)
         handler.close_connection = True
+        return True
+
+
+class GzipBomb:
+    """Answer every GET with ``Content-Encoding: gzip``: a small body that decompresses to ``size``
+    zero bytes (the ``Content-Length`` is the compressed size)."""
+
+    def __init__(self, size: int = 2**30, paths: str = "") -> None:
+        self.size, self.paths = size, paths
+        self._body: bytes | None = None
+
+    def body(self) -> bytes:
+        if self._body is None:
+            import zlib
+
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip format
+            block = bytes(2**20)
+            parts = [packer.compress(block) for _ in range(self.size // len(block))]
+            self._body = b"".join(parts) + packer.flush()
+        return self._body
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        body = self.body()
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
         return True
 
 

@@ -26,7 +26,7 @@ pytest.importorskip("moto.server")
 import zarrx  # noqa: E402
 from zarrx.errors import StoreError, StoreTimeoutError  # noqa: E402
 from zarrx.storage import make_store  # noqa: E402
-from tests.http_server import Drip, HtmlPage, HugeBody, Redirect, Stall, serve, serve_silent  # noqa: E402
+from tests.http_server import Drip, GzipBomb, HtmlPage, HugeBody, Redirect, Stall, serve, serve_silent  # noqa: E402
 from tests.s3_server import serve_s3  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,6 +139,7 @@ def test_a_gigabyte_of_metadata_is_refused_at_the_read_size_limit(folder):
 
 _MEMORY_PROBE = """
 import json, sys
+import aiohttp, fsspec.implementations.http
 import zarrx
 from zarrx.errors import StoreError
 
@@ -147,12 +148,11 @@ def status(field):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
 
-array = zarrx.open_array(sys.argv[1])
 before = status("VmRSS")
 with open("/proc/self/clear_refs", "w") as reset:
     reset.write("5")  # the peak (VmHWM) starts again from here
 try:
-    array[:]
+    zarrx.open_array(sys.argv[1], storage_options=json.loads(sys.argv[2]))[:]
     outcome = "read"
 except StoreError as error:
     outcome = str(error)
@@ -161,16 +161,25 @@ print(json.dumps({"increase": status("VmHWM") - before, "outcome": outcome}))
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak memory is measured through Linux's /proc")
-@pytest.mark.parametrize("content_length", [True, False], ids=["declared", "undeclared"])
-def test_peak_memory_on_a_gigabyte_body_stays_under_100_mb(folder, content_length):
-    with serve(folder, behaviour=HugeBody(size=2**30, content_length=content_length, paths="/c/")) as server:
+@pytest.mark.parametrize(
+    "behaviour, options, key",
+    [
+        (lambda: HugeBody(size=2**30, content_length=True, paths="/c/"), {}, "'c/0'"),
+        (lambda: HugeBody(size=2**30, content_length=False, paths="/c/"), {}, "'c/0'"),
+        # 1 MiB of gzip -- within the limit, as its Content-Length says -- that decompresses to 1 GiB
+        (lambda: GzipBomb(size=2**30, paths="zarr.json"), {"zarrx_max_read_size": 4 * 2**20}, "'zarr.json'"),
+    ],
+    ids=["declared", "undeclared", "gzip"],
+)
+def test_peak_memory_on_a_gigabyte_body_stays_under_100_mb(folder, behaviour, options, key):
+    with serve(folder, behaviour=behaviour()) as server:
         done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(_MEMORY_PROBE), f"{server.url}/small.zarr"],
+            [sys.executable, "-c", textwrap.dedent(_MEMORY_PROBE), f"{server.url}/small.zarr", json.dumps(options)],
             capture_output=True, text=True, timeout=120, cwd=REPO,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "'c/0'" in result["outcome"]
+    assert key in result["outcome"], result
     assert result["increase"] < 100 * 2**20, result
 
 

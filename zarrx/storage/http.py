@@ -9,8 +9,9 @@ user's ``client_kwargs`` -- headers, auth, SSL -- and zarrx's timeouts apply) an
 * raises :class:`~zarrx.storage.transfers.ServerAnswer` for other statuses (the runner
   retries 429, 500, 502, 503 and 504, honouring ``Retry-After``);
 * checks ``Content-Length`` against the most bytes the key may hold before reading a byte
-  (:class:`~zarrx.storage.transfers.BodyTooLarge`), and streams a body of unknown length,
-  stopping one byte past that limit: memory stays bounded whatever the server sends;
+  (:class:`~zarrx.storage.transfers.BodyTooLarge`), and streams a body of unknown length -- or a
+  compressed one (``Content-Encoding``), counting the decompressed bytes -- stopping one byte
+  past that limit: memory stays bounded whatever the server sends;
 * cuts the range out of a ``200`` answer from a server that ignores ``Range`` (as
   ``python -m http.server`` does), and refuses a ``206`` for other bytes than asked;
 * refuses an HTML page answered with ``200`` (a login page, a "soft 404", a wrong URL) for
@@ -214,7 +215,10 @@ class HttpReader:
         whole = status == 200
         # a 200 to a ranged request is the whole value: bounded by what the key may hold
         limit = read.limit if whole or not ranged else min(read.limit, read.length or read.limit)
-        length = response.content_length
+        # a compressed body (Content-Encoding) is decompressed as it is read: its Content-Length
+        # says nothing of the bytes it holds, so it is streamed to the limit
+        encoded = response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
+        length = None if encoded else response.content_length
         html = response.content_type == "text/html"
         if length is not None and length > limit:
             if html:
@@ -229,7 +233,7 @@ class HttpReader:
         if not ranged:
             return body
         if whole:
-            return _cut(body, read.start, read.end)
+            return body[read.start : read.end]  # the server ignored Range: cut it out here
         _check_content_range(response.headers.get("Content-Range"), read.start)
         return body
 
@@ -263,10 +267,6 @@ def _range_header(start: int | None, end: int | None) -> str:
         return f"bytes={start}"  # the last -start bytes
     first = start or 0
     return f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
-
-
-def _cut(body: bytes, start: int | None, end: int | None) -> bytes:
-    return body[slice(start, end)]
 
 
 def _check_content_range(header: str | None, start: int | None) -> None:

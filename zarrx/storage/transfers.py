@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import queue
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
@@ -167,8 +168,9 @@ def classify(error: BaseException) -> tuple[bool, str | None]:
     """Whether a failed attempt is worth another, and the sign of overload it is (or None).
 
     Timeouts, connection resets and errors, bodies cut short, and the statuses of
-    :data:`RETRY_STATUSES` are transient; so are a back end's errors that say "SlowDown" or
-    "reduce your request rate" (S3's throttling, after botocore's own retries).
+    :data:`RETRY_STATUSES` are transient. A back end's error that says "SlowDown" or "reduce
+    your request rate" (S3's throttling, once botocore's own retries are spent) is a sign of
+    throttling, not tried again here.
     """
     if isinstance(error, ServerAnswer):
         return error.transient, STATUS_OVERLOAD.get(error.status)
@@ -185,9 +187,7 @@ def classify(error: BaseException) -> tuple[bool, str | None]:
 
 
 def _is_aiohttp_transient(error: BaseException) -> bool:
-    import sys
-
-    aiohttp = sys.modules.get("aiohttp")
+    aiohttp = sys.modules.get("aiohttp")  # imported by whoever raised an aiohttp error
     if aiohttp is None:
         return False
     return isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)) and not isinstance(
@@ -246,9 +246,7 @@ class Transfers:
             async def one(position: int, read: ObjectRead) -> None:
                 try:
                     outcome = await self._read(read, deadline)
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as error:  # noqa: BLE001 (an outcome of this read)
+                except Exception as error:  # noqa: BLE001 (an outcome of this read)
                     outcome = error
                 arrived.put((position, outcome))
 
@@ -263,7 +261,11 @@ class Transfers:
         try:
             for _ in range(len(reads)):
                 # every read ends by the batch deadline; the margin only guards against a stuck loop
-                yield arrived.get(timeout=self.options.batch_deadline + BATCH_MARGIN)
+                try:
+                    yield arrived.get(timeout=self.options.batch_deadline + BATCH_MARGIN)
+                except queue.Empty:
+                    raise DeadlineExceeded(self._deadline_text("batch", self.options.batch_deadline)
+                                           + " (fsspec's event loop did not answer)") from None  # fmt: skip
         finally:
             running.cancel()
 
