@@ -107,9 +107,10 @@ class FsspecStore(Store):
         self.root = fs._strip_protocol(root).rstrip("/")
         self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(_protocols(fs))
         self.read_only = read_only or self.read_only_protocol
-        self.options = options if options is not None else RemoteOptions()
+        given = options.__getstate__() if options is not None else {}
         if max_concurrency is not None:
-            self.options.max_concurrency = RemoteOptions(max_concurrency=max_concurrency).max_concurrency
+            given["max_concurrency"] = max_concurrency
+        self.options = RemoteOptions(**given)
         self.secrets = tuple(secrets) + secret_values(getattr(fs, "storage_options", None))
         # a web server redirects a folder URL without its '/' first: one request more per listing
         self._folder_suffix = "/" if self.read_only_protocol else ""
