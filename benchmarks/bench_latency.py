@@ -1,38 +1,56 @@
-"""Reads over a high-latency store: zarrx vs zarr-python on one loopback HTTP server.
+"""Remote reads on ordinary and unfriendly servers: zarrx vs zarr-python, side by side in one run.
 
-Every request to an object store costs tens of milliseconds whatever its size, so what
-matters remotely is how many round trips a read takes and how many requests are in
-flight at once. This benchmark serves a folder over HTTP from a separate process
-(:mod:`tests.http_server`: byte ranges, folder listings, and a fixed ``--delay``, 20 ms by
-default, added to every request) and counts the requests the server sees. Both libraries
-read the same data from the same server in one run, each through fsspec's HTTP file
-system with its default settings (zarrx: up to 64 requests in flight; zarr-python: 10):
+Each server is started by this script on 127.0.0.1 in a process of its own, serving the
+same folder (or, for S3, the same objects):
 
-1. **read 256 chunks**: open a (256, 256) float32 array in 16 x 16 chunks and read it all;
-2. **open 100 variables**: ``xr.open_dataset(url, engine=...)`` of a store of 100 variables
-   on (time, cell) with two coordinates, written by xarray (Zarr v3), with consolidated
-   metadata (``consolidated=True``) and without (``consolidated=False``: list the group,
-   read every array's ``zarr.json``); ``engine="zarrx"`` vs ``engine="zarr"``;
-3. **sharded region**: open a (64, 512, 512) float32 array in shards of 64 x 256 x 256
-   (inner chunks 16 x 32 x 32, zstd) and read a 20 x 100 x 100 region crossing two shards.
+=================================  ===================================================================
+``python -m http.server``          exactly that: HTTP/1.0 (a connection per request), no byte
+                                   ranges, listen backlog 5
+``20 ms, backlog 5``               :mod:`tests.http_server` adding 20 ms to every request, keep-alive,
+                                   byte ranges, the listen backlog of 5 most small servers keep
+``20 ms, backlog 128``             the same, tuned: backlog 128
+``20 ms, 503 above 16 in flight``  backlog 128; more than 16 requests in flight are answered 503 with
+                                   ``Retry-After: 0`` (S3's SlowDown, GCS's 429)
+``S3 (moto)``                      moto's S3 server (:mod:`tests.s3_server`), through s3fs
+``stalled``                        accepts requests and never answers: the time until the read fails,
+                                   zarrx with a 2 s request deadline, zarr-python with its defaults
+                                   (given up after ``--stall-wait`` seconds)
+=================================  ===================================================================
 
-Each case runs once to warm up (imports, connection pools), then ``--repeat`` times; the
-table gives the median wall time and the requests of one run (the same every run), and
-the most requests the server had in flight at once. Results are checked to be equal
-between the libraries.
+The case on every server is **read 256 chunks**: open a (1024, 1024) float32 array in 64 x 64
+chunks (zstd) from its URL and read it all. On the 20 ms backlog 128 server three more cases run:
+``xr.open_dataset`` of 100 variables with and without consolidated metadata, and a 20 x 100 x 100
+region of a sharded array (shards 64 x 256 x 256, inner chunks 16 x 32 x 32).
+
+Every measurement is a **fresh process** (no warm connection pool, no learned concurrency): it
+imports the library (and aiohttp, fsspec's HTTP file system, s3fs and xarray's engines, which
+both libraries would otherwise import on the first URL or open), then times the open and the
+read, and checks the values (a hash equal between the libraries). ``--rounds`` (default 3) rounds interleave the libraries
+(zarrx, zarr-python, then zarr-python, zarrx, ...) so both see the same machine load; the table
+gives medians, the zarrx / zarr-python ratio, the issue's target, and where the server counts
+them the requests of the last run, the most in flight at once and the 503s answered.
+
+The **floor** column (on the tuned server) reads the same 256 chunks with plain aiohttp, 64
+requests at once from the start, no decoding: how fast a Python client can be against that
+server on this machine in this run. (On the servers with a backlog of 5 the same client waits
+for TCP's retransmissions of dropped connection attempts: 2.7 s to over a minute per read when
+tried; a throttling server refuses most of it.)
 
 Usage::
 
-    python benchmarks/bench_latency.py                 # 20 ms per request, 5 runs each
-    python benchmarks/bench_latency.py --output t.md   # also write the table to t.md
-    python benchmarks/bench_latency.py --smoke         # tiny sizes, 2 ms, one run: CI
+    python benchmarks/bench_latency.py                   # every server, 3 rounds
+    python benchmarks/bench_latency.py --output t.md     # also write the table to t.md
+    python benchmarks/bench_latency.py --servers plain,backlog5 --rounds 5
+    python benchmarks/bench_latency.py --smoke           # tiny sizes, 2 ms, one round: CI
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,19 +58,22 @@ import tempfile
 import time
 import urllib.request
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
-import xarray as xr
-import zarr
-
-import zarrx
-import zarrx.xarray  # noqa: F401 (engine="zarrx")
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the servers of the test suite
+
+from tests.http_server import ServerProcess  # noqa: E402
 LIBRARIES = ("zarrx", "zarr-python")
+FLOOR = "aiohttp"
+BUCKET = "bench"
+S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
+#: the request deadline zarrx gets on the stalled server
+STALL_DEADLINE = 2.0
+#: requests the floor keeps in flight
+FLOOR_CONCURRENCY = 64
 
 
 @dataclass(frozen=True)
@@ -63,35 +84,33 @@ class Sizes:
     sharded: tuple[int, ...]
     shards: tuple[int, ...]
     inner: tuple[int, ...]
-    region: tuple[slice, ...]
+    region: tuple[tuple[int, int], ...]
+
+    @property
+    def chunk_keys(self) -> list[str]:
+        grid = [-(-size // chunk) for size, chunk in zip(self.array, self.chunks)]
+        return [f"c/{i}/{j}" for i in range(grid[0]) for j in range(grid[1])]
 
 
 FULL = Sizes(
-    array=(256, 256), chunks=(16, 16), variables=100,
+    array=(1024, 1024), chunks=(64, 64), variables=100,
     sharded=(64, 512, 512), shards=(64, 256, 256), inner=(16, 32, 32),
-    region=(slice(10, 30), slice(130, 230), slice(170, 270)),
+    region=((10, 30), (130, 230), (170, 270)),
 )  # fmt: skip
 SMOKE = Sizes(
-    array=(64, 64), chunks=(16, 16), variables=10,
+    array=(128, 128), chunks=(32, 32), variables=10,
     sharded=(32, 128, 128), shards=(32, 64, 64), inner=(16, 32, 32),
-    region=(slice(3, 13), slice(20, 60), slice(40, 80)),
+    region=((3, 13), (20, 60), (40, 80)),
 )  # fmt: skip
 
 
 # -- data ---------------------------------------------------------------------------------------
-def many_variables(count: int) -> xr.Dataset:
-    rng = np.random.default_rng(0)
-    return xr.Dataset(
-        {
-            f"var{i:03d}": (("time", "cell"), rng.random((8, 16), dtype=np.float32), {"units": "K", "index": i})
-            for i in range(count)
-        },
-        coords={"time": np.arange(8), "cell": np.arange(16)},
-        attrs={"title": "many variables"},
-    )
-
-
 def write_data(root: Path, sizes: Sizes) -> None:
+    import numpy as np
+    import xarray as xr
+
+    import zarrx
+
     rng = np.random.default_rng(0)
     chunked = zarrx.create_array(root / "chunks.zarr", shape=sizes.array, chunks=sizes.chunks, dtype="f4")
     chunked[:] = rng.random(sizes.array, dtype=np.float32)
@@ -99,152 +118,310 @@ def write_data(root: Path, sizes: Sizes) -> None:
         root / "sharded.zarr", shape=sizes.sharded, chunks=sizes.inner, shards=sizes.shards, dtype="f4",
         compressors=[{"name": "zstd", "configuration": {"level": 1, "checksum": False}}],
     )  # fmt: skip
-    z = np.arange(sizes.sharded[0], dtype=np.float32)[:, None, None]
-    y = np.arange(sizes.sharded[1], dtype=np.float32)[None, :, None]
-    x = np.arange(sizes.sharded[2], dtype=np.float32)[None, None, :]
-    sharded[:] = np.round(np.sin(z / 7) + np.cos(y / 13) * np.sin(x / 5), 3)
-    dataset = many_variables(sizes.variables)
+    z, y, x = (np.arange(n, dtype=np.float32) for n in sizes.sharded)
+    sharded[:] = np.round(np.sin(z[:, None, None] / 7) + np.cos(y[None, :, None] / 13) * np.sin(x[None, None, :] / 5), 3)
+    dataset = xr.Dataset(
+        {
+            f"var{i:03d}": (("time", "cell"), rng.random((8, 16), dtype=np.float32), {"units": "K", "index": i})
+            for i in range(sizes.variables)
+        },
+        coords={"time": np.arange(8), "cell": np.arange(16)},
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr-python warns that v3 consolidated metadata is not in the spec
         dataset.to_zarr(root / "variables_consolidated.zarr", zarr_format=3, consolidated=True)
         dataset.to_zarr(root / "variables.zarr", zarr_format=3, consolidated=False)
 
 
-# -- the server ---------------------------------------------------------------------------------
-class Server:
-    """tests/http_server.py in a process of its own."""
+def upload(root: Path, endpoint: str) -> None:
+    import s3fs
 
-    def __init__(self, directory: Path, delay: float) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.http_server", str(directory), "--delay", str(delay)],
-            cwd=REPO, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.url = self.process.stdout.readline().strip()
-        if not self.url.startswith("http://"):
-            self.close()
-            raise RuntimeError(f"the HTTP server did not start (it printed {self.url!r})")
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True, **S3_CREDENTIALS)
+    fs.mkdir(BUCKET)
+    fs.put(str(root / "chunks.zarr"), f"{BUCKET}/chunks.zarr", recursive=True)
+
+
+# -- the servers --------------------------------------------------------------------------------
+class Server(ServerProcess):
+    """A server in a process of its own; :mod:`tests.http_server` ones count their requests."""
+
+    def __init__(self, arguments: list[str]) -> None:
+        super().__init__(arguments, cwd=REPO)
+        self.counts = arguments[:2] == ["-m", "tests.http_server"]
 
     def _control(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
             return json.load(response)
 
     def reset(self) -> None:
-        self._control("/__reset__")
+        if self.counts:
+            self._control("/__reset__")
 
-    def stats(self) -> dict[str, Any]:
-        return self._control("/__stats__")
+    def stats(self) -> dict[str, Any] | None:
+        return self._control("/__stats__") if self.counts else None
 
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+#: server -> (title, how to start it, cases run on it)
+SERVERS: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
+    "plain": ("`python -m http.server`", ["-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", "{root}"],
+              ("read",)),
+    "backlog5": ("{delay} ms, backlog 5", ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "5"],
+                 ("read",)),
+    "backlog128": ("{delay} ms, backlog 128", ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128"],
+                   ("read", "open_consolidated", "open_listed", "sharded")),
+    "throttle16": ("{delay} ms, 503 + Retry-After above 16 in flight",
+                   ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128", "--throttle", "16",
+                    "--retry-after", "0"], ("read",)),
+    "s3": ("S3 (moto)", ["-m", "tests.s3_server"], ("read",)),
+    "stalled": ("stalled (never answers)", ["-m", "tests.http_server", "{root}", "--stall"], ("stalled",)),
+}  # fmt: skip
+#: the issue's targets: zarrx / zarr-python at most this on the 256-chunk read
+TARGETS = {"plain": 1.0, "backlog5": 0.5, "backlog128": 0.25, "throttle16": 0.5}
 
 
-# -- the cases ----------------------------------------------------------------------------------
-def cases(url: str, sizes: Sizes) -> dict[str, dict[str, Callable[[], Any]]]:
-    """case -> library -> the operation (from the URL: opening is part of it)."""
-    n_chunks = int(np.prod([-(-s // c) for s, c in zip(sizes.array, sizes.chunks)]))
-    region = sizes.region
-    shape = "x".join(str(s.stop - s.start) for s in region)
+def start_server(kind: str, root: Path, delay: float) -> Server:
+    server = Server([argument.format(root=root, delay=delay) for argument in SERVERS[kind][1]])
+    if kind == "s3":
+        upload(root, server.url)
+    return server
 
-    def open_dataset(engine: str, name: str, consolidated: bool) -> Callable[[], xr.Dataset]:
-        return lambda: xr.open_dataset(f"{url}/{name}", engine=engine, consolidated=consolidated)
 
+def case_title(case: str, sizes: Sizes) -> str:
+    shape = "x".join(str(stop - start) for start, stop in sizes.region)
     return {
-        f"read {n_chunks} chunks": {
-            "zarrx": lambda: zarrx.open_array(f"{url}/chunks.zarr")[:],
-            "zarr-python": lambda: zarr.open_array(f"{url}/chunks.zarr", mode="r")[:],
-        },
-        f"xarray open, {sizes.variables} variables, consolidated": {
-            "zarrx": open_dataset("zarrx", "variables_consolidated.zarr", True),
-            "zarr-python": open_dataset("zarr", "variables_consolidated.zarr", True),
-        },
-        f"xarray open, {sizes.variables} variables, not consolidated": {
-            "zarrx": open_dataset("zarrx", "variables.zarr", False),
-            "zarr-python": open_dataset("zarr", "variables.zarr", False),
-        },
-        f"sharded region {shape}": {
-            "zarrx": lambda: zarrx.open_array(f"{url}/sharded.zarr")[region],
-            "zarr-python": lambda: zarr.open_array(f"{url}/sharded.zarr", mode="r")[region],
-        },
-    }
+        "read": f"read {len(sizes.chunk_keys)} chunks",
+        "open_consolidated": f"xarray open, {sizes.variables} variables, consolidated",
+        "open_listed": f"xarray open, {sizes.variables} variables, not consolidated",
+        "sharded": f"sharded region {shape}",
+        "stalled": "read until the error",
+    }[case]
 
 
-def check_same(case: str, results: dict[str, Any]) -> None:
-    first, second = (results[library] for library in LIBRARIES)
-    if isinstance(first, xr.Dataset):
-        xr.testing.assert_identical(first.load(), second.load())
+# -- one measurement: a fresh process ------------------------------------------------------------
+def worker(library: str, case: str, url: str, options: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    """Run in the fresh process: import, then time the open and the read."""
+    import fsspec.implementations.http  # noqa: F401
+    import numpy as np
+    import s3fs  # noqa: F401
+    import xarray as xr
+
+    if library == FLOOR:
+        return floor(url, sizes)
+    xr.backends.list_engines()  # xarray imports every engine (zarrx's imports dask) on its first open
+    if library == "zarrx":
+        import zarrx
+        import zarrx.xarray  # noqa: F401
+
+        open_array = lambda path: zarrx.open_array(f"{url}/{path}", storage_options=options or None)  # noqa: E731
+        engine = "zarrx"
     else:
-        np.testing.assert_array_equal(first, second, err_msg=case)
+        import zarr
+
+        open_array = lambda path: zarr.open_array(f"{url}/{path}", mode="r", storage_options=options or None)  # noqa: E731
+        engine = "zarr"
+    region = tuple(slice(start, stop) for start, stop in sizes.region)
+    operations = {
+        "read": lambda: open_array("chunks.zarr")[...],
+        "stalled": lambda: open_array("chunks.zarr")[...],
+        "sharded": lambda: open_array("sharded.zarr")[region],
+        "open_consolidated": lambda: xr.open_dataset(f"{url}/variables_consolidated.zarr", engine=engine, consolidated=True),
+        "open_listed": lambda: xr.open_dataset(f"{url}/variables.zarr", engine=engine, consolidated=False),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        started = time.perf_counter()
+        try:
+            result = operations[case]()
+        except Exception as error:  # noqa: BLE001 (the stalled case reports its error)
+            return {"seconds": time.perf_counter() - started, "error": f"{type(error).__name__}: {error}"[:300]}
+        seconds = time.perf_counter() - started
+    if isinstance(result, xr.Dataset):
+        digest = hashlib.sha1(repr(sorted(result.variables)).encode() + np.asarray(result["var007"]).tobytes()).hexdigest()
+    else:
+        digest = hashlib.sha1(np.ascontiguousarray(result).tobytes()).hexdigest()
+    return {"seconds": seconds, "digest": digest}
+
+
+def floor(url: str, sizes: Sizes) -> dict[str, Any]:
+    """zarr.json, then every chunk, with aiohttp: 64 requests at once from the start, no decoding."""
+    import asyncio
+
+    import aiohttp
+
+    async def run() -> int:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=FLOOR_CONCURRENCY)) as session:
+            slots = asyncio.Semaphore(FLOOR_CONCURRENCY)
+
+            async def get(key: str) -> int:
+                async with slots, session.get(f"{url}/chunks.zarr/{key}") as response:
+                    return len(await response.read())
+
+            await get("zarr.json")
+            return sum(await asyncio.gather(*(get(key) for key in sizes.chunk_keys)))
+
+    started = time.perf_counter()
+    received = asyncio.run(run())
+    return {"seconds": time.perf_counter() - started, "bytes": received}
 
 
 @dataclass
-class Measurement:
-    seconds: float
-    requests: int
-    in_flight: int
+class Result:
+    seconds: list[float] = field(default_factory=list)
+    digests: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    stats: dict[str, Any] | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
 
 
-def measure(server: Server, operation: Callable[[], Any], repeat: int) -> tuple[Measurement, Any]:
-    result = operation()  # warm-up: imports, connection pools, fsspec's file system instances
-    times, stats = [], {}
-    for _ in range(repeat):
-        server.reset()
-        started = time.perf_counter()
-        result = operation()  # for xarray: the open (which reads the index coordinates), not the data
-        times.append(time.perf_counter() - started)
-        stats = server.stats()
-    return Measurement(statistics.median(times), stats["requests"], stats["max_in_flight"]), result
+def measure(library: str, case: str, server: Server, url: str, options: dict[str, Any], smoke: bool, wait: float) -> dict[str, Any]:
+    """One fresh worker process; the server's counts of its requests."""
+    server.reset()
+    command = [sys.executable, __file__, "--worker", library, "--case", case, "--url", url,
+               "--options", json.dumps(options)] + (["--smoke"] if smoke else [])  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=wait + 60, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {"seconds": wait + 60, "error": "killed: no answer"}
+    if done.returncode != 0:
+        raise RuntimeError(f"{library} worker failed on {case}: {done.stderr[-3000:]}")
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    outcome["stats"] = server.stats()
+    return outcome
 
 
-def table(results: dict[str, dict[str, Measurement]], delay: float) -> str:
-    versions = f"zarrx {importlib.metadata.version('zarrx')}, zarr-python {zarr.__version__}"
+def options_for(kind: str, library: str, endpoint: str, wait: float) -> dict[str, Any]:
+    if kind == "s3":
+        return {"endpoint_url": endpoint, **S3_CREDENTIALS}
+    if kind == "stalled":
+        if library == "zarrx":
+            return {"zarrx_request_deadline": STALL_DEADLINE}
+        return {"zarrx_give_up_after": wait}  # read by the worker: zarr-python has no such option
+    return {}
+
+
+def run_stalled(library: str, url: str, options: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    """The stalled case: zarr-python is given up on after ``zarrx_give_up_after`` seconds."""
+    wait = options.pop("zarrx_give_up_after", None)
+    if wait is None:
+        return worker(library, "stalled", url, options, sizes)
+    import threading
+
+    answer: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: answer.update(worker(library, "stalled", url, options, sizes)), daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    thread.join(wait)
+    return answer or {"seconds": time.perf_counter() - started, "error": f"no error after {wait:g} s (given up)"}
+
+
+def title(kind: str, delay: float) -> str:
+    return SERVERS[kind][0].format(delay=f"{delay * 1000:g}")
+
+
+def _cell(result: Result) -> str:
+    text = f"{result.median * 1000:.0f} ms"
+    if result.errors:
+        text += f" ({result.errors[-1][:60]}…)"
+    stats = result.stats
+    if stats and stats["requests"]:
+        refused = stats.get("statuses", {}).get("503", 0)
+        text += f", {stats['requests']} req, ≤{stats['max_in_flight']} at once{f', {refused} × 503' if refused else ''}"
+    return text
+
+
+def table(results: dict[tuple[str, str], dict[str, Result]], sizes: Sizes, delay: float, rounds: int) -> str:
+    versions = f"zarrx {importlib.metadata.version('zarrx')}, zarr-python {importlib.metadata.version('zarr')}"
     lines = [
-        f"Loopback HTTP server adding {delay * 1000:g} ms to every request ({versions}; "
-        "wall time is the median of the runs; requests per run; most requests in flight at once).",
+        f"Servers on 127.0.0.1, every measurement a fresh process ({versions}); median of {rounds} interleaved "
+        f"rounds; the 20 ms servers add {delay * 1000:g} ms to every request; requests of the last run, most "
+        f"in flight at once, 503s answered; floor: aiohttp, {FLOOR_CONCURRENCY} at once, no decoding.",
         "",
-        "| case | zarrx | zarr-python | zarrx speed-up |",
-        "|---|---|---|---|",
+        "| server | case | zarrx | zarr-python | zarrx / zarr-python | target | floor |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for case, by_library in results.items():
-        cells = [
-            f"{m.seconds * 1000:.0f} ms, {m.requests} requests (≤{m.in_flight} at once)"
-            for m in (by_library[library] for library in LIBRARIES)
-        ]
-        speedup = by_library["zarr-python"].seconds / by_library["zarrx"].seconds
-        lines.append(f"| {case} | {cells[0]} | {cells[1]} | {speedup:.1f}x |")
+    for (kind, case), by_library in results.items():
+        ratio = by_library["zarrx"].median / by_library["zarr-python"].median
+        target = TARGETS.get(kind) if case == "read" else None
+        verdict = "" if target is None else (f"≤ {target:g}: met" if ratio <= target else f"≤ {target:g}: missed")
+        floor_cell = f"{by_library[FLOOR].median * 1000:.0f} ms" if FLOOR in by_library else ""
+        lines.append(
+            f"| {title(kind, delay)} | {case_title(case, sizes)} | {_cell(by_library['zarrx'])} | "
+            f"{_cell(by_library['zarr-python'])} | {ratio:.2f} | {verdict} | {floor_cell} |"
+        )
     return "\n".join(lines)
+
+
+def run_case(kind: str, case: str, server: Server, rounds: int, smoke: bool, wait: float) -> dict[str, Result]:
+    """Every library, ``rounds`` times each, interleaved; checks they read the same values."""
+    # a floor only where 64 at once is the fastest way: on small backlogs it waits for TCP's
+    # retransmissions (seconds to minutes), a throttling server refuses it, and it does not read S3
+    libraries = LIBRARIES + ((FLOOR,) if case == "read" and kind == "backlog128" else ())
+    by_library = {library: Result() for library in libraries}
+    url = f"s3://{BUCKET}" if kind == "s3" else server.url
+    for round_number in range(rounds):
+        for library in libraries if round_number % 2 == 0 else libraries[::-1]:
+            outcome = measure(library, case, server, url, options_for(kind, library, server.url, wait), smoke, wait)
+            result = by_library[library]
+            result.seconds.append(outcome["seconds"])
+            result.stats = outcome.get("stats")
+            if "error" in outcome:
+                result.errors.append(outcome["error"])
+            elif "digest" in outcome:
+                result.digests.add(outcome["digest"])
+            print(f"{kind:<12} {case:<18} {library:<12} {outcome['seconds'] * 1000:8.1f} ms"
+                  f"{'  ' + outcome['error'][:100] if 'error' in outcome else ''}", flush=True)  # fmt: skip
+    if case != "stalled":
+        failed = [library for library, result in by_library.items() if result.errors]
+        digests = set().union(*(by_library[library].digests for library in LIBRARIES))
+        if failed or len(digests) != 1:
+            raise SystemExit(f"{kind} {case}: results differ or failed: {failed} {by_library}")
+    return by_library
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a 2 ms delay, one run (for CI)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a 2 ms delay, one round (for CI)")
     parser.add_argument("--delay", type=float, default=None, help="seconds added to every request (default 0.02)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (default 5)")
+    parser.add_argument("--rounds", type=int, default=None, help="fresh processes per library and case (default 3)")
+    parser.add_argument("--servers", default=",".join(SERVERS), help=f"some of {','.join(SERVERS)}")
+    parser.add_argument("--stall-wait", type=float, default=None, help="seconds to wait for zarr-python on the stalled server")
     parser.add_argument("--output", type=Path, default=None, help="also write the table (Markdown) here")
+    parser.add_argument("--worker", choices=(*LIBRARIES, FLOOR), help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     sizes = SMOKE if arguments.smoke else FULL
+    if arguments.worker:
+        options = json.loads(arguments.options)
+        if arguments.case == "stalled":
+            outcome = run_stalled(arguments.worker, arguments.url, options, sizes)
+        else:
+            outcome = worker(arguments.worker, arguments.case, arguments.url, options, sizes)
+        print(json.dumps(outcome), flush=True)
+        os._exit(0)  # a stalled read may leave threads waiting
     delay = arguments.delay if arguments.delay is not None else (0.002 if arguments.smoke else 0.02)
-    repeat = arguments.repeat or (1 if arguments.smoke else 5)
+    rounds = arguments.rounds or (1 if arguments.smoke else 3)
+    wait = arguments.stall_wait if arguments.stall_wait is not None else (3.0 if arguments.smoke else 15.0)
+    kinds = [kind.strip() for kind in arguments.servers.split(",") if kind.strip()]
+    unknown = sorted(set(kinds) - set(SERVERS))
+    if unknown:
+        parser.error(f"unknown servers {unknown}; choose from {', '.join(SERVERS)}")
 
+    results: dict[tuple[str, str], dict[str, Result]] = {}
     with tempfile.TemporaryDirectory(prefix="zarrx-bench-latency-") as folder:
         root = Path(folder)
         write_data(root, sizes)
-        server = Server(root, delay)
-        try:
-            results: dict[str, dict[str, Measurement]] = {}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # zarr-python's warnings about v3 consolidated metadata
-                for case, operations in cases(server.url, sizes).items():
-                    values = {}
-                    results[case] = {}
-                    for library in LIBRARIES:
-                        results[case][library], values[library] = measure(server, operations[library], repeat)
-                        print(f"{case:<48} {library:<12} {results[case][library].seconds * 1000:8.1f} ms "
-                              f"{results[case][library].requests:5d} requests", flush=True)  # fmt: skip
-                    check_same(case, values)
-        finally:
-            server.close()
-    text = table(results, delay)
+        for kind in kinds:
+            server = start_server(kind, root, delay)
+            try:
+                for case in SERVERS[kind][2]:
+                    results[(kind, case)] = run_case(kind, case, server, rounds, arguments.smoke, wait)
+            finally:
+                server.close()
+    text = table(results, sizes, delay, rounds)
     print()
     print(text)
     if arguments.output is not None:

@@ -1,4 +1,4 @@
-"""A loopback HTTP server serving a folder, for tests and benchmarks of remote reads.
+"""Loopback HTTP servers serving a folder, for tests and benchmarks of remote reads.
 
 Python's ``http.server`` answers every GET with the whole file; this handler also
 answers ``Range: bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` with 206 and a
@@ -11,19 +11,40 @@ times, status), so tests can count requests and see whether they overlapped in
 time. ``delay`` seconds are added to each request (a remote store's latency);
 ``fail`` decides, per request, to answer with an error status instead, or (status
 0) to close the connection without an answer (:class:`FailFirst` for flaky servers,
-:class:`FailAlways` for broken ones).
+:class:`FailAlways` for broken ones). ``backlog`` is the listen backlog (5 is what
+``socketserver`` and most small servers keep: connection attempts beyond it are
+dropped, and the client's TCP stack sends them again after 1 s, 3 s, ...).
+
+``behaviour`` makes the server misbehave the way real ones do; each is a class here:
+
+=====================  ==========================================================================
+:class:`Throttle`      503 with ``Retry-After`` while more than ``limit`` requests are in flight
+                       (S3's SlowDown, GCS's 429)
+:class:`RefuseFirst`   503 with ``Retry-After`` to the first requests of every path
+:class:`Stall`         reads the request, never answers
+:class:`Drip`          answers 200 and sends the body one byte every ``interval`` seconds
+:class:`HugeBody`      answers every GET with ``size`` bytes (1 GiB), with or without
+                       ``Content-Length``
+:class:`GzipBomb`      answers a small gzip body that decompresses to ``size`` bytes
+:class:`Redirect`      answers 302 to another path (``prefix`` + path), or to itself (a loop)
+:class:`HtmlPage`      answers every GET 200 with an HTML page (a login page, a "soft 404")
+=====================  ==========================================================================
 
 Usage::
 
-    with serve(folder, delay=0.02) as server:
+    with serve(folder, delay=0.02, backlog=5) as server:
         url = server.url + "/data.zarr"
         ...
-        server.requests, server.max_in_flight(), server.reset()
+        server.requests, server.max_in_flight(), server.connections(), server.reset()
 
 or in a process of its own (so its work does not compete with the client's for the GIL),
 printing its URL on the first line and answering ``GET /__stats__`` and ``/__reset__``::
 
-    python -m tests.http_server FOLDER --delay 0.02
+    python -m tests.http_server FOLDER --delay 0.02 --backlog 5 --throttle 16
+
+:func:`serve_plain` runs exactly ``python -m http.server`` (HTTP/1.0, no keep-alive, no
+ranges, backlog 5) in a subprocess; :func:`serve_silent` a socket that accepts connections
+and never reads from them.
 """
 
 from __future__ import annotations
@@ -34,6 +55,9 @@ import json
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -42,7 +66,11 @@ from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterator
 
-__all__ = ["Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways", "serve"]
+__all__ = [
+    "Request", "RequestLog", "RecordingServer", "RangeHTTPRequestHandler", "FailFirst", "FailAlways",
+    "Throttle", "RefuseFirst", "Stall", "Drip", "HugeBody", "GzipBomb", "Redirect", "HtmlPage", "serve", "serve_plain", "serve_silent",
+    "PlainServer", "ServerProcess",
+]  # fmt: skip
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 #: requests that read or reset the request log (for a server in another process)
@@ -57,6 +85,8 @@ class Request:
     start: float
     end: float
     status: int
+    #: the client's port: one per connection
+    client: int = 0
 
 
 class FailFirst:
@@ -85,6 +115,188 @@ class FailAlways:
         return self.status if self.paths in path else None
 
 
+# -- misbehaviours: each answers a request itself (returns True) or lets the server serve it --
+class Throttle:
+    """503 with ``Retry-After: retry_after`` while more than ``limit`` requests are in flight."""
+
+    def __init__(self, limit: int, retry_after: str = "0", paths: str = "") -> None:
+        self.limit, self.retry_after, self.paths = limit, retry_after, paths
+        self.refused = 0
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path or handler.server.in_flight <= self.limit:
+            return False
+        self.refused += 1
+        handler.send_response(HTTPStatus.SERVICE_UNAVAILABLE)
+        handler.send_header("Retry-After", self.retry_after)
+        handler.send_header("Content-Type", "application/xml")
+        body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        return True
+
+
+class RefuseFirst:
+    """Answer ``status`` with ``Retry-After: retry_after`` to the first ``count`` requests of every path."""
+
+    def __init__(self, count: int = 1, status: int = 503, retry_after: str = "1", paths: str = "") -> None:
+        self.count, self.status, self.retry_after, self.paths = count, status, retry_after, paths
+        self.seen: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        with self.lock:
+            self.seen[handler.path] += 1
+            if self.seen[handler.path] > self.count:
+                return False
+        handler.send_response(self.status)
+        handler.send_header("Retry-After", self.retry_after)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return True
+
+
+class Stall:
+    """Read the request and never answer (until the server stops)."""
+
+    def __init__(self, paths: str = "") -> None:
+        self.paths = paths
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        handler.server.stopping.wait()
+        handler.close_connection = True
+        return True
+
+
+class Drip:
+    """Answer 200 with a ``size``-byte body sent one byte every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 0.5, size: int = 1000, paths: str = "") -> None:
+        self.interval, self.size, self.paths = interval, size, paths
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Content-Length", str(self.size))
+        handler.end_headers()
+        handler.wfile.flush()
+        for _ in range(self.size):
+            if handler.server.stopping.wait(self.interval):
+                break
+            handler.wfile.write(b"\x00")
+            handler.wfile.flush()
+        handler.close_connection = True
+        return True
+
+
+class HugeBody:
+    """Answer every GET with ``size`` zero bytes (1 GiB), with a ``Content-Length`` or without one
+    (then the body ends when the connection closes)."""
+
+    BLOCK = bytes(2**20)
+
+    def __init__(self, size: int = 2**30, content_length: bool = True, paths: str = "") -> None:
+        self.size, self.content_length, self.paths = size, content_length, paths
+        self.sent = 0
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "application/octet-stream")
+        if self.content_length:
+            handler.send_header("Content-Length", str(self.size))
+        else:
+            handler.send_header("Connection", "close")
+        handler.end_headers()
+        left = self.size
+        while left > 0 and not handler.server.stopping.is_set():
+            block = self.BLOCK[: min(left, len(self.BLOCK))]
+            handler.wfile.write(block)
+            left -= len(block)
+            self.sent += len(block)
+        handler.close_connection = True
+        return True
+
+
+class GzipBomb:
+    """Answer every GET with ``Content-Encoding: gzip``: a small body that decompresses to ``size``
+    zero bytes (the ``Content-Length`` is the compressed size)."""
+
+    def __init__(self, size: int = 2**30, paths: str = "") -> None:
+        self.size, self.paths = size, paths
+        self._body: bytes | None = None
+
+    def body(self) -> bytes:
+        if self._body is None:
+            import zlib
+
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip format
+            block = bytes(2**20)
+            parts = [packer.compress(block) for _ in range(self.size // len(block))]
+            self._body = b"".join(parts) + packer.flush()
+        return self._body
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        body = self.body()
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        return True
+
+
+class Redirect:
+    """Answer ``302`` to ``prefix`` + the path (where the server then serves it), or, with
+    ``loop=True``, to the path itself (a redirect loop)."""
+
+    def __init__(self, prefix: str = "", loop: bool = False, paths: str = "") -> None:
+        self.prefix, self.loop, self.paths = prefix, loop, paths
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path or (self.prefix and handler.path.startswith(self.prefix)):
+            return False
+        handler.send_response(HTTPStatus.FOUND)
+        handler.send_header("Location", handler.path if self.loop else self.prefix + handler.path)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return True
+
+
+class HtmlPage:
+    """Answer every GET 200 with an HTML page, whatever the path (a login page, a "soft 404")."""
+
+    PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><form>...</form></body></html>\n"
+
+    def __init__(self, paths: str = "") -> None:
+        self.paths = paths
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        if self.paths not in handler.path:
+            return False
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "text/html; charset=utf-8")
+        handler.send_header("Content-Length", str(len(self.PAGE)))
+        handler.end_headers()
+        if method == "GET":
+            handler.wfile.write(self.PAGE)
+        return True
+
+
+Behaviour = Callable[["RangeHTTPRequestHandler", str], bool]
+
+
 class RequestLog:
     """The requests a test server handled (:class:`Request`), recorded from its threads."""
 
@@ -103,6 +315,10 @@ class RequestLog:
     def count(self, method: str | None = None) -> int:
         return sum(1 for r in self.requests if method is None or r.method == method)
 
+    def connections(self) -> int:
+        """How many connections the requests came on (one client port each)."""
+        return len({r.client for r in self.requests})
+
     def max_in_flight(self) -> int:
         """The most requests the server was handling at one moment."""
         events = sorted([(r.start, 1) for r in self.requests] + [(r.end, -1) for r in self.requests])
@@ -115,22 +331,40 @@ class RequestLog:
 
 class RecordingServer(ThreadingHTTPServer, RequestLog):
     daemon_threads = True
-    # many concurrent connects: the default backlog of 5 would drop SYNs (1 s retransmits)
-    request_queue_size = 512
     allow_reuse_address = True
 
-    def __init__(self, directory: str, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None):
+    def __init__(
+        self,
+        directory: str,
+        delay: float = 0.0,
+        fail: Callable[[str, str], int | None] | None = None,
+        *,
+        backlog: int = 512,
+        behaviour: Behaviour | None = None,
+        keep_alive: bool = True,
+    ):
+        # the listen backlog: many concurrent connects overflow a small one (dropped SYNs, 1 s retransmits)
+        self.request_queue_size = backlog
         super().__init__(("127.0.0.1", 0), RangeHTTPRequestHandler)
         RequestLog.__init__(self)
         self.directory = directory
         self.delay = delay
         self.fail = fail
+        self.behaviour = behaviour
+        self.keep_alive = keep_alive
+        self.in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        #: set when the server stops: stalling and dripping handlers give up
+        self.stopping = threading.Event()
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
+    def arrive(self, change: int) -> None:
+        with self._in_flight_lock:
+            self.in_flight += change
 
 
 class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
@@ -150,20 +384,25 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
 
     def _handle(self, method: str, respond: Callable[[], object]) -> None:
         self._request = (method, time.perf_counter())
+        self.server.arrive(1)
         try:
+            if not self.server.keep_alive:
+                self.close_connection = True
             if self.server.delay:
                 time.sleep(self.server.delay)
+            behaviour = self.server.behaviour
             failure = self.server.fail(method, self.path) if self.server.fail else None
             if failure == 0:  # a connection reset: close without answering
                 self._record(0)
                 self.close_connection = True
             elif failure is not None:
                 self.send_error(failure)
-            else:
+            elif behaviour is None or not behaviour(self, method):
                 respond()
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout): nothing to answer
             self.close_connection = True
         finally:
+            self.server.arrive(-1)
             if self._request is not None:  # never answered
                 self._record(0)
 
@@ -171,7 +410,8 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
         method, start = self._request
         self._request = None
         now = time.perf_counter()
-        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status)))
+        port = self.client_address[1] if isinstance(self.client_address, tuple) else 0
+        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status), port))
 
     def send_response(self, code, message=None) -> None:
         # recorded before the first byte of the answer leaves, so a client that has its answer
@@ -179,6 +419,8 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
         if getattr(self, "_request", None) is not None:
             self._record(code)
         super().send_response(code, message)
+        if not self.server.keep_alive:
+            self.send_header("Connection", "close")
 
     def do_GET(self) -> None:
         if self.path in CONTROL_PATHS:
@@ -192,6 +434,7 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
         stats = {
             "requests": server.count(),
             "methods": dict(Counter(r.method for r in server.requests)),
+            "statuses": {str(status): count for status, count in Counter(r.status for r in server.requests).items()},
             "max_in_flight": server.max_in_flight(),
         }
         if self.path == "/__reset__":
@@ -274,32 +517,103 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
 
 @contextlib.contextmanager
 def serve(
-    directory: str | os.PathLike, delay: float = 0.0, fail: Callable[[str, str], int | None] | None = None
+    directory: str | os.PathLike,
+    delay: float = 0.0,
+    fail: Callable[[str, str], int | None] | None = None,
+    *,
+    backlog: int = 512,
+    behaviour: Behaviour | None = None,
+    keep_alive: bool = True,
 ) -> Iterator[RecordingServer]:
     """Serve ``directory`` on 127.0.0.1 (a free port) in a background thread; stopped on exit."""
-    server = RecordingServer(os.fspath(directory), delay=delay, fail=fail)
+    server = RecordingServer(
+        os.fspath(directory), delay=delay, fail=fail, backlog=backlog, behaviour=behaviour, keep_alive=keep_alive
+    )
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="zarrx-test-http", daemon=True)
     thread.start()
     try:
         yield server
     finally:
+        server.stopping.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+# -- servers in processes of their own -------------------------------------------------------------
+class ServerProcess:
+    """A server in a subprocess (``python ARGUMENTS``) that prints its URL on its first line -- or,
+    as ``http.server`` does, ``Serving HTTP on ... port N``."""
+
+    def __init__(self, arguments: list[str], cwd: str | os.PathLike | None = None) -> None:
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the first line at once
+        self.process = subprocess.Popen(
+            [sys.executable, *arguments], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=environment,
+        )  # fmt: skip
+        line = self.process.stdout.readline()
+        port = re.search(r"port (\d+)", line)
+        self.url = f"http://127.0.0.1:{port[1]}" if port else line.strip()
+        if not self.url.startswith("http://"):
+            self.close()
+            raise RuntimeError(f"python {' '.join(arguments)} did not start (it printed {line!r})")
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class PlainServer(ServerProcess):
+    """Exactly ``python -m http.server 0 --bind 127.0.0.1 --directory FOLDER``."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        super().__init__(["-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", os.fspath(directory)])
+
+
+@contextlib.contextmanager
+def serve_plain(directory: str | os.PathLike) -> Iterator[PlainServer]:
+    server = PlainServer(directory)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def serve_silent() -> Iterator[str]:
+    """A listening socket that never accepts a connection: the URL of a server that never answers."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve a folder over HTTP with byte ranges, a delay and a request log")
     parser.add_argument("directory")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds added to every request")
+    parser.add_argument("--backlog", type=int, default=512, help="the listen backlog")
+    parser.add_argument("--throttle", type=int, default=None, help="503 + Retry-After above this many in flight")
+    parser.add_argument("--retry-after", default="0", help="the Retry-After of a throttled answer")
+    parser.add_argument("--stall", action="store_true", help="never answer")
     arguments = parser.parse_args()
-    server = RecordingServer(arguments.directory, delay=arguments.delay)
+    behaviour = Throttle(arguments.throttle, arguments.retry_after) if arguments.throttle is not None else None
+    behaviour = Stall() if arguments.stall else behaviour
+    server = RecordingServer(arguments.directory, delay=arguments.delay, backlog=arguments.backlog, behaviour=behaviour)
     print(server.url, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        server.stopping.set()
         server.server_close()
 
 

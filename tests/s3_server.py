@@ -4,7 +4,9 @@ The server is moto's own WSGI application (what ``moto_server`` and
 ``moto.server.ThreadedMotoServer`` run) wrapped in a middleware that records each
 request (method, path, query, start and end time) and can add a ``delay`` to each,
 so tests can count S3 requests and see whether they overlapped. ``fail`` (as in
-:mod:`tests.http_server`) answers chosen requests with an S3 error document instead.
+:mod:`tests.http_server`) answers chosen requests with an S3 error document instead
+(``SlowDown`` for 503, S3's throttling answer). ``python -m tests.s3_server`` serves until
+interrupted, printing its URL first.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from werkzeug.serving import make_server
 
 from tests.http_server import Request, RequestLog
 
-__all__ = ["S3Server", "serve_s3"]
+__all__ = ["S3Server", "serve_s3", "main"]
 
 
 class S3Server(RequestLog):
@@ -51,7 +53,8 @@ class S3Server(RequestLog):
         try:
             failure = self.fail(environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")) if self.fail else None
             if failure is not None:
-                body = b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>injected</Message></Error>"
+                code = {503: "SlowDown"}.get(failure, "InternalError")  # S3's throttling answer is 503 SlowDown
+                body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
                 recording_start_response(
                     f"{failure} Injected", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
                 )
@@ -67,6 +70,19 @@ class S3Server(RequestLog):
             self.record(request)
 
 
+def main() -> None:
+    """``python -m tests.s3_server``: serve until interrupted, printing the URL on the first line."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = S3Server()
+    print(server.url, flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._server.server_close()
+
+
 @contextlib.contextmanager
 def serve_s3() -> Iterator[S3Server]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -79,3 +95,7 @@ def serve_s3() -> Iterator[S3Server]:
         server._server.shutdown()
         server._server.server_close()
         thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    main()

@@ -237,10 +237,11 @@ def test_s3_concurrency_cap_is_configurable(s3, s3_url):
 
 
 def test_s3_retry_and_timeout_configuration(s3):
-    store = make_store(f"s3://{BUCKET}/x", storage_options=s3_options(s3, zarrx_retries=7, zarrx_timeout=12))
+    options = s3_options(s3, zarrx_retries=7, zarrx_timeout=12, zarrx_connect_timeout=4)
+    store = make_store(f"s3://{BUCKET}/x", storage_options=options)
     config = store.fs.config_kwargs
     assert config["retries"] == {"mode": "standard", "total_max_attempts": 8}
-    assert (config["connect_timeout"], config["read_timeout"], config["max_pool_connections"]) == (12, 12, 64)
+    assert (config["connect_timeout"], config["read_timeout"], config["max_pool_connections"]) == (4, 12, 64)
     assert store.fs.max_concurrency == 1
     # what the user sets wins
     mine = {"retries": {"mode": "adaptive", "max_attempts": 2}, "max_pool_connections": 5}

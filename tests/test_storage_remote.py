@@ -25,18 +25,37 @@ from zarrx.storage.remote import (
 )
 
 
-def test_defaults_and_environment(monkeypatch):
-    for variable in ("ZARRX_MAX_CONCURRENCY", "ZARRX_RETRIES", "ZARRX_TIMEOUT"):
-        monkeypatch.delenv(variable, raising=False)
-    options = RemoteOptions()
-    assert (options.max_concurrency, options.retries, options.timeout) == (DEFAULT_MAX_CONCURRENCY, 5, 30.0)
+#: zarrx's options, their environment variables, defaults and a value to set
+OPTION_TABLE = [
+    ("max_concurrency", "ZARRX_MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY, "128", 128),
+    ("retries", "ZARRX_RETRIES", 5, "0", 0),
+    ("timeout", "ZARRX_TIMEOUT", 30.0, "2.5", 2.5),
+    ("connect_timeout", "ZARRX_CONNECT_TIMEOUT", 10.0, "1.5", 1.5),
+    ("request_deadline", "ZARRX_REQUEST_DEADLINE", 120.0, "7", 7.0),
+    ("batch_deadline", "ZARRX_BATCH_DEADLINE", 1800.0, "60", 60.0),
+    ("max_read_size", "ZARRX_MAX_READ_SIZE", 128 * 2**20, "1024", 1024),
+]
+
+
+@pytest.mark.parametrize("name, variable, default, text, value", OPTION_TABLE)
+def test_defaults_and_environment(monkeypatch, name, variable, default, text, value):
+    monkeypatch.delenv(variable, raising=False)
+    assert getattr(RemoteOptions(), name) == default
+    monkeypatch.setenv(variable, text)
+    assert getattr(RemoteOptions(), name) == value
+    other = 3 if isinstance(value, int) else 0.25
+    assert getattr(RemoteOptions(**{name: other}), name) == other  # an option beats the environment
     assert DEFAULT_MAX_CONCURRENCY > 10
-    monkeypatch.setenv("ZARRX_MAX_CONCURRENCY", "128")
-    monkeypatch.setenv("ZARRX_RETRIES", "0")
-    monkeypatch.setenv("ZARRX_TIMEOUT", "2.5")
+
+
+def test_every_default_is_finite():
     options = RemoteOptions()
-    assert (options.max_concurrency, options.retries, options.timeout) == (128, 0, 2.5)
-    assert RemoteOptions(max_concurrency=7).max_concurrency == 7  # an option beats the environment
+    assert options.request_deadline < 600 and options.batch_deadline < 7200 and options.timeout < 120
+
+
+def test_unknown_zarrx_options_are_refused():
+    with pytest.raises(UsageError, match="zarrx_request_deadline"):
+        split_storage_options({"zarrx_request_dedline": 3})
 
 
 @pytest.mark.parametrize(
@@ -47,6 +66,10 @@ def test_defaults_and_environment(monkeypatch):
         ({"zarrx_max_concurrency": 2.5}, "zarrx_max_concurrency"),
         ({"zarrx_retries": -1}, "zarrx_retries"),
         ({"zarrx_timeout": 0}, "zarrx_timeout"),
+        ({"zarrx_request_deadline": -1}, "zarrx_request_deadline"),
+        ({"zarrx_batch_deadline": "soon"}, "zarrx_batch_deadline"),
+        ({"zarrx_connect_timeout": float("nan")}, "zarrx_connect_timeout"),
+        ({"zarrx_max_read_size": 0}, "zarrx_max_read_size"),
     ],
 )
 def test_bad_options_are_refused(options, message):
@@ -68,12 +91,14 @@ def test_zarrx_options_never_reach_fsspec():
 
 
 def test_s3_defaults_fill_only_what_is_unset():
-    _, options = configure("s3://bucket/x.zarr", {"anon": True, "zarrx_retries": 2, "zarrx_timeout": 4})
+    _, options = configure(
+        "s3://bucket/x.zarr", {"anon": True, "zarrx_retries": 2, "zarrx_timeout": 4, "zarrx_connect_timeout": 3}
+    )
     assert options["anon"] is True and options["max_concurrency"] == 1
     assert options["config_kwargs"] == {
         "max_pool_connections": 64,
         "retries": {"mode": "standard", "total_max_attempts": 3},
-        "connect_timeout": 4.0,
+        "connect_timeout": 3.0,
         "read_timeout": 4.0,
     }
     _, options = configure("s3://b", {"config_kwargs": {"read_timeout": 99}, "max_concurrency": 4})
@@ -83,7 +108,7 @@ def test_s3_defaults_fill_only_what_is_unset():
 def test_http_defaults():
     _, options = configure("https://example.org/x.zarr", {"zarrx_max_concurrency": 200, "zarrx_retries": 3})
     client = options["client_kwargs"]
-    assert client["timeout"] == aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=30.0)
+    assert client["timeout"] == aiohttp.ClientTimeout(total=120.0, sock_connect=10.0, sock_read=30.0)
     assert client["middlewares"] == (RetryMiddleware(3),)
     assert options["get_client"] == HttpClientFactory(200)
     _, options = configure("http://h/x", {"zarrx_retries": 0, "client_kwargs": {"timeout": aiohttp.ClientTimeout(5)}})
@@ -91,10 +116,19 @@ def test_http_defaults():
     assert options["client_kwargs"]["timeout"] == aiohttp.ClientTimeout(5)
 
 
-@pytest.mark.parametrize("url", ["gs://bucket/x", "memory://x", "simplecache::s3://bucket/x", "/local/path"])
+@pytest.mark.parametrize("url", ["gs://bucket/x", "memory://x", "simplecache::memory://x", "/local/path"])
 def test_other_file_systems_are_left_alone(url):
     _, options = configure(url, {"token": "anon", "zarrx_max_concurrency": 5})
     assert options == {"token": "anon"}
+
+
+@pytest.mark.parametrize("chain", ["simplecache", "filecache", "blockcache"])
+def test_chained_urls_configure_the_file_system_they_read_from(chain):
+    _, options = configure(f"{chain}::s3://bucket/x", {"s3": {"anon": True}, "zarrx_retries": 1})
+    assert options["s3"]["anon"] is True
+    assert options["s3"]["config_kwargs"]["retries"] == {"mode": "standard", "total_max_attempts": 2}
+    _, options = configure(f"{chain}::https://example.org/x.zarr", {"cache_storage": "/tmp/c"})
+    assert options["cache_storage"] == "/tmp/c" and options["https"]["get_client"] == HttpClientFactory(100)
 
 
 def test_http_client_factory_makes_sessions_with_the_limit():

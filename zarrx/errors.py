@@ -28,6 +28,7 @@ __all__ = [
     "ChunkAlignmentError",
     "GraphTooLargeError",
     "StoreError",
+    "StoreTimeoutError",
     "OutsideStoreError",
     "UsageError",
     "UsageTypeError",
@@ -113,6 +114,10 @@ class GraphTooLargeError(ZarrxError, MemoryError):
 
 class StoreError(ZarrxError, OSError):
     """The underlying storage failed for a key (other than the key being absent)."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A store request (or a batch of them) got no complete answer in the time allowed."""
 
 
 class OutsideStoreError(StoreError, PermissionError):

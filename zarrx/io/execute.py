@@ -8,7 +8,8 @@ value. How it fetches:
   dict) large chunks are read, decoded and copied one per pool task -- no batch of compressed
   bytes held, no barrier between reading and decoding. Otherwise the chunks come in batched
   ``get_many`` calls of about a tenth of the output (:func:`zarrx.io.plan.batches`), then are
-  decoded.
+  decoded on the pool; small chunks (decoded on the calling thread anyway) come through
+  ``iter_many`` and are decoded as they arrive, while the rest of the batch is in flight.
 * **Shards** read in parts take two batched ``get_ranges`` calls per batch of shards: the whole
   object when every inner chunk of it is wanted, else just its index; then the merged byte
   ranges of the wanted, non-empty inner chunks (:func:`zarrx.io.plan.inner_reads`) and each of
@@ -36,7 +37,9 @@ from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ObjectPlan, batches, inner_reads, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection, OrthogonalIndexer, VectorizedIndexer
 from zarrx.sizes import count_text
-from zarrx.storage.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarrx.storage.store import (
+    ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest, bounded_get_many, bounded_get_ranges,
+)
 
 __all__ = [
     "INDEXERS", "Fetcher", "Trace", "PlannedRequest", "read_into", "read_selection", "allocate_output",
@@ -83,21 +86,33 @@ Request = tuple[str, "ByteRequest | None", str, tuple[tuple[int, ...], ...]]
 
 
 class Fetcher:
-    """How the executor asks a store for bytes: one method call per batch (round trip)."""
+    """How the executor asks a store for bytes: one method call per batch (round trip).
+
+    ``max_size`` is the most bytes a stored object may hold (``ArrayHandle.max_object_size``):
+    the store refuses a larger value rather than read it.
+    """
 
     #: a dry run decodes nothing (explain)
     dry = False
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_size: int | None = None) -> None:
         self.store = store
+        self.max_size = max_size
 
     def objects(self, requests: Sequence[Request]) -> dict[str, bytes | None]:
         """Whole objects, one ``get_many``; missing ones map to None."""
-        return self.store.get_many(list(dict.fromkeys(key for key, _, _, _ in requests)))
+        keys = list(dict.fromkeys(key for key, _, _, _ in requests))
+        return bounded_get_many(self.store, keys, self.max_size)
+
+    def arriving(self, requests: Sequence[Request]) -> Iterable[tuple[str, bytes | None]]:
+        """Whole objects as they arrive (one ``iter_many``, the batch of :meth:`objects`)."""
+        keys = list(dict.fromkeys(key for key, _, _, _ in requests))
+        return self.store.iter_many(keys, max_size=self.max_size)
 
     def ranges(self, requests: Sequence[Request]) -> list[bytes | None]:
         """Byte ranges (whole objects as ``OffsetByteRequest(0)``), one ``get_ranges``."""
-        return self.store.get_ranges([(key, byte_range or OffsetByteRequest(0)) for key, byte_range, _, _ in requests])
+        ranges = [(key, byte_range or OffsetByteRequest(0)) for key, byte_range, _, _ in requests]
+        return bounded_get_ranges(self.store, ranges, self.max_size)
 
     def one(self, request: Request) -> bytes | None:
         """A whole object, one ``get`` (from a pool task)."""
@@ -221,7 +236,7 @@ def read_into(
 
     ``projections`` may be lazy: they are consumed in bounded batches.
     """
-    fetcher = fetcher or Fetcher(handle.store)
+    fetcher = fetcher or Fetcher(handle.store, handle.max_object_size)
     if handle.sharding is not None:
         _read_shards(handle, projections, out, fetcher)
     else:
@@ -253,7 +268,14 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
                 decoder.run(read_one, batch)
         return
     for batch in batches(handle, objects, out.nbytes):
-        blobs = fetcher.objects([_chunk_request(plan) for plan in batch])
+        requests = [_chunk_request(plan) for plan in batch]
+        if not decoder.threaded and not fetcher.dry:
+            # small chunks decode on this thread anyway: each as it arrives, while the rest travel
+            plans = {plan.key: plan for plan in batch}
+            for key, raw in fetcher.arriving(requests):
+                decoder.place(plans[key].pieces[0][1], key, raw)
+            continue
+        blobs = fetcher.objects(requests)
         if not fetcher.dry:
             decoder.run(lambda plan: decoder.place(plan.pieces[0][1], plan.key, blobs.get(plan.key)), batch)
 

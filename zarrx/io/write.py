@@ -32,6 +32,7 @@ from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection
+from zarrx.storage.store import bounded_get_many
 
 __all__ = ["write_from", "write_selection", "trim_past_edge"]
 
@@ -62,7 +63,7 @@ def write_from(handle: ArrayHandle, projections: Iterable[ChunkProjection], valu
 def _write_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray, build: Any, direct: bool) -> None:
     store = handle.store
     partial = [plan.key for plan in batch if not plan.whole]
-    existing = store.get_many(partial) if partial else {}
+    existing = bounded_get_many(store, partial, handle.max_object_size) if partial else {}
 
     def encode_one(plan: ObjectPlan) -> tuple[str, bytes | None]:
         encoded = build(handle, plan, value, existing.get(plan.key))
@@ -144,7 +145,7 @@ def trim_past_edge(handle: ArrayHandle, chunk_coords: list[tuple[int, ...]]) -> 
     """
     pipeline = handle.pipeline
     keys = [handle.object_key(coords) for coords in chunk_coords]
-    stored = handle.store.get_many(keys)
+    stored = bounded_get_many(handle.store, keys, handle.max_object_size)
     updates, deletes = {}, []
     for coords, key in zip(chunk_coords, keys):
         raw = stored.get(key)

@@ -1,55 +1,50 @@
-"""A store over any fsspec file system (S3, GCS, Azure, HTTP, memory, zip, ...).
+"""A store over any fsspec file system (S3, GCS, Azure, HTTP, memory, zip, caches, ...).
 
-Key ``a/b`` is the path ``<root>/a/b`` of the file system. One batch is one
-fsspec call: ``get_many`` and ``get_ranges`` are a single ``fs.cat_ranges``,
-``set_many`` a single ``fs.pipe``, which async file systems (s3fs, gcsfs,
-adlfs, http) run concurrently. ``fs.cat_ranges`` is used rather than
-``fs.cat(paths)`` because ``cat`` expands glob characters (``*?[``), which are
-legal in node names, and returns a dict keyed by the expanded paths.
+Key ``a/b`` is the path ``<root>/a/b`` of the file system. Missing keys become None in one
+place, :meth:`FsspecStore._outcome`: ``FileNotFoundError`` (which s3fs, gcsfs, adlfs and http
+raise for an absent object) and the ``IsADirectoryError``/``NotADirectoryError`` of
+hierarchical file systems. Any other failure is a :class:`~zarrx.errors.StoreError` naming the
+key and its URL (credentials removed, :mod:`zarrx.storage.redaction`); a request or batch past
+its deadline a :class:`~zarrx.errors.StoreTimeoutError`. A ranged read the server refuses (400,
+416, 501: some refuse suffix ranges) is read once more knowing the value's size.
 
-Missing keys become None in one place, :meth:`FsspecStore._outcome`:
-``FileNotFoundError`` (which s3fs, gcsfs, adlfs and http raise for an absent
-object) and the ``IsADirectoryError``/``NotADirectoryError`` of hierarchical
-file systems. Any other exception from the backend is a
-:class:`~zarrx.errors.StoreError` naming the key. A ranged read that the
-backend refuses (an HTTP server answering 416 for a range past the end, one
-without suffix ranges) is retried once knowing the file's size.
+**Async file systems** (s3fs, gcsfs, adlfs, HTTP) run every batch through
+:class:`~zarrx.storage.transfers.Transfers`: adaptive concurrency per host (at most
+``zarrx_max_concurrency``), retries, deadlines, and bodies never read past what the key may
+hold -- ``max_size`` of :meth:`FsspecStore.get_many` and :meth:`FsspecStore.get_ranges` (the
+array layer passes a chunk's or shard's largest encoded size), else ``zarrx_max_read_size``
+(see :mod:`zarrx.storage.remote`, which :meth:`FsspecStore.from_url` configures the libraries
+with). HTTP(S) stores are read-only (:class:`~zarrx.errors.ReadOnlyError`); listing over HTTP
+works where the server answers a folder URL with an HTML index of links (``python -m
+http.server``, nginx's ``autoindex``); elsewhere open hierarchies through consolidated metadata.
 
-On fsspec's local file system, writes and deletes go through
-:class:`~zarrx.storage.local.LocalStore`, whose writes are atomic (fsspec's
-``pipe_file`` writes in place) and which keeps no empty folders behind.
-Writes to object stores are atomic by the service's own guarantee.
-
-Remote stores (see :mod:`zarrx.storage.remote`): on async file systems every
-batch (``cat_ranges``, ``pipe``, and ``rm`` where the back end takes a
-``batch_size``) keeps at most ``max_concurrency`` requests in flight (default
-64; storage option ``zarrx_max_concurrency`` or ``ZARRX_MAX_CONCURRENCY``);
-:meth:`FsspecStore.from_url` also configures retries and timeouts of S3 and
-HTTP file systems. HTTP(S) stores are read-only: writes raise
-:class:`~zarrx.errors.ReadOnlyError`. Listing over HTTP works only where the
-server answers a folder URL with an HTML index of links (as ``python -m
-http.server`` and nginx's ``autoindex`` do); elsewhere open hierarchies through
-consolidated metadata. Error messages and ``repr`` name the URL with
-credentials removed (:func:`~zarrx.storage.remote.redact`).
+**Synchronous file systems** (the caches ``simplecache::``, ``filecache::``, ``blockcache::``,
+zip, sftp, memory, ...) read a batch with one ``cat_ranges`` (not ``cat``, which expands the
+glob characters ``*?[`` legal in node names); when it fails as a whole (a cache raises for the
+first missing file), the batch is read again key by key, so a missing key is None and an error
+names its own key. On fsspec's local file system, writes and deletes go through
+:class:`~zarrx.storage.local.LocalStore` (atomic, no empty folders left behind); writes to
+object stores are atomic by the service's own guarantee.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
-from urllib.parse import quote, urlsplit
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from zarrx.errors import ReadOnlyError, StoreError
+from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.local import LocalStore, is_temporary_name
 from zarrx.storage.paths import validate_key, validate_prefix
-from zarrx.storage.remote import RemoteOptions, configure, redact, secret_values
+from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
+from zarrx.storage.remote import RemoteOptions, configure
 from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
+from zarrx.storage.readers import read_synchronously, reader_for
+from zarrx.storage.transfers import BodyTooLarge, ObjectRead, ServerAnswer, Transfers, describe_failure
 
 __all__ = ["FsspecStore"]
 
@@ -69,53 +64,6 @@ def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
-def _batch_size_option(fs: fsspec.AbstractFileSystem, method: str, limit: int) -> dict[str, int]:
-    """``{"batch_size": limit}`` when ``fs``'s async ``_<method>`` takes it (fsspec's own do;
-    some back ends override them without it), else ``{}``."""
-    implementation = getattr(fs, f"_{method}", None) if isinstance(fs, AsyncFileSystem) else None
-    if implementation is None:
-        return {}
-    try:
-        takes = "batch_size" in inspect.signature(implementation).parameters
-    except (TypeError, ValueError):
-        takes = False
-    return {"batch_size": limit} if takes else {}
-
-
-def _url_passwords(url: str) -> tuple[str, ...]:
-    """The passwords of ``user:password@`` in each URL of a (chained) fsspec URL."""
-    passwords = []
-    for part in url.split("::"):
-        try:
-            password = urlsplit(part).password
-        except ValueError:  # an invalid port or netloc: nothing to find
-            continue
-        if password and len(password) >= 3:
-            passwords.append(password)
-            passwords.append(quote(password, safe=""))  # as it may appear percent-encoded
-    return tuple(dict.fromkeys(passwords))
-
-
-def _scrub(error: BaseException, secrets: tuple[str, ...]) -> None:
-    """Redact credentials in ``error`` and the errors it was raised from, in place.
-
-    zarrx chains a back end's error to its StoreError (``raise ... from error``), so a
-    traceback or ``logger.exception`` shows it; a back end may have put a key, a secret or a
-    URL with its password into it.
-    """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen and len(seen) < 16:
-        seen.add(id(error))
-        if redact(str(error), secrets) != str(error) or any(redact(repr(arg), secrets) != repr(arg) for arg in error.args):
-            error.args = tuple(redact(arg, secrets) if isinstance(arg, str) else arg for arg in error.args)
-            if isinstance(error, OSError):
-                for name in ("strerror", "filename", "filename2"):
-                    value = getattr(error, name, None)
-                    if isinstance(value, str):
-                        setattr(error, name, redact(value, secrets))
-        error = error.__cause__ or error.__context__
-
-
 class FsspecStore(Store):
     """Keys as files of an fsspec file system, below ``root``.
 
@@ -128,11 +76,14 @@ class FsspecStore(Store):
     read_only
         Refuse writes with :class:`~zarrx.errors.ReadOnlyError` (always so over HTTP).
     max_concurrency
-        Most requests one batch keeps in flight on an async file system (default:
-        ``ZARRX_MAX_CONCURRENCY`` or 64).
+        Most requests to one host in flight at once on an async file system (default:
+        ``ZARRX_MAX_CONCURRENCY`` or 64); the cap of the adaptive concurrency.
     secrets
         Strings never to show in messages (credentials); :meth:`from_url` passes the
         values of the secret storage options.
+    options
+        zarrx's storage options (:class:`~zarrx.storage.remote.RemoteOptions`: retries,
+        timeouts, deadlines, the read size limit); ``max_concurrency`` overrides its cap.
 
     Examples
     --------
@@ -150,22 +101,34 @@ class FsspecStore(Store):
         *,
         max_concurrency: int | None = None,
         secrets: tuple[str, ...] = (),
+        options: RemoteOptions | None = None,
     ) -> None:
         self.fs = fs
         self.root = fs._strip_protocol(root).rstrip("/")
         self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(_protocols(fs))
         self.read_only = read_only or self.read_only_protocol
-        self.max_concurrency = RemoteOptions(max_concurrency=max_concurrency).max_concurrency
+        given = options.__getstate__() if options is not None else {}
+        if max_concurrency is not None:
+            given["max_concurrency"] = max_concurrency
+        self.options = RemoteOptions(**given)
         self.secrets = tuple(secrets) + secret_values(getattr(fs, "storage_options", None))
         # a web server redirects a folder URL without its '/' first: one request more per listing
         self._folder_suffix = "/" if self.read_only_protocol else ""
-        # the cap goes to each batch call whose async implementation takes it (sync ones loop)
-        self._batch = {
-            name: _batch_size_option(fs, name, self.max_concurrency) for name in ("cat_ranges", "pipe", "rm")
-        }
         # "<root>/" before every key; the file system's own root ("/" or "") when root is empty.
         self._prefix = self.root + "/" if self.root else fs.root_marker
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
+        self._transfers: Transfers | None = None
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.options.max_concurrency
+
+    @property
+    def transfers(self) -> Transfers | None:
+        """What runs this store's batches on an async file system (None on others)."""
+        if self._transfers is None and isinstance(self.fs, AsyncFileSystem) and self._local is None:
+            self._transfers = Transfers(self.fs, reader_for(self.fs, self.options), self.options)
+        return self._transfers
 
     # -- abilities (see zarrx.storage.store) -----------------------------------------
     @property
@@ -192,7 +155,7 @@ class FsspecStore(Store):
         return ("fsspec", self.fs, self.root)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pickled_in": os.getpid()}
+        return {**self.__dict__, "_transfers": None, "_pickled_in": os.getpid()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         pickled_in = state.pop("_pickled_in", None)
@@ -213,9 +176,9 @@ class FsspecStore(Store):
         """The store at an fsspec URL (``"s3://bucket/data.zarr"``, ``"simplecache::https://…"``).
 
         ``storage_options`` go to the file system (credentials, ``anon=True``, ...), but for
-        zarrx's own ``zarrx_max_concurrency``, ``zarrx_retries`` and ``zarrx_timeout``; S3
-        and HTTP file systems get zarrx's retry, timeout and connection-pool defaults for
-        what the options leave unset (see :mod:`zarrx.storage.remote`).
+        zarrx's own ``zarrx_*`` options (concurrency cap, retries, timeouts, deadlines, read
+        size limit); S3 and HTTP file systems get zarrx's retry, timeout and connection
+        defaults for what the options leave unset (see :mod:`zarrx.storage.remote`).
 
         Examples
         --------
@@ -225,12 +188,12 @@ class FsspecStore(Store):
         remote, options = configure(url, storage_options)
         # a password in the URL is a secret too, wherever the file system keeps it (a memory
         # file system keeps "user:password@host" in the path)
-        secrets = secret_values(storage_options) + _url_passwords(url)
+        secrets = secret_values(storage_options) + url_passwords(url)
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except Exception as error:  # noqa: BLE001 (any back end's failure, credentials removed)
             raise StoreError(redact(f"cannot open {url!r}: {type(error).__name__}: {error}", secrets)) from None
-        return cls(fs, root, read_only=read_only, max_concurrency=remote.max_concurrency, secrets=secrets)
+        return cls(fs, root, read_only=read_only, secrets=secrets, options=remote)
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
@@ -248,10 +211,11 @@ class FsspecStore(Store):
         return redact(self.fs.unstrip_protocol(path), self.secrets)
 
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
-        detail = redact(f"{type(error).__name__}: {error}", self.secrets)
         # the back end's error becomes the StoreError's __cause__, which tracebacks and logs show
-        _scrub(error, self.secrets)
-        return StoreError(f"could not {action} {key!r} at {self.url(key)}: {detail}")
+        scrub(error, self.secrets)
+        timed_out, detail = describe_failure(error, self.options)
+        error_class = StoreTimeoutError if timed_out else StoreError
+        return error_class(f"could not {action} {key!r} at {self.url(key)}: {redact(detail, self.secrets)}")
 
     def _check_writable(self, key: str) -> None:
         if self.read_only_protocol:
@@ -264,80 +228,106 @@ class FsspecStore(Store):
                 f"cannot write {key!r}: {self!r} is read-only (open it with mode 'r+', 'a' or 'w' to write)"
             )
 
+    def _call(self, method: str, *args: Any, what: str = "", **kwargs: Any) -> Any:
+        """``fs.<method>(*args)``; on an async file system within the request deadline."""
+        transfers = self.transfers
+        if transfers is None:
+            return getattr(self.fs, method)(*args, **kwargs)
+        # the cap goes to batch calls (a delete of many keys) whose implementation takes it
+        kwargs = {**transfers.batch_size(method), **kwargs}
+        return transfers.call(what or method, lambda: getattr(self.fs, "_" + method)(*args, **kwargs))
+
     # -- reading -----------------------------------------------------------------
-    def _outcome(self, key: str, path: str, byte_range: ByteRequest | None, result: Any) -> bytes | None:
-        """Turn what fsspec gave for one read (bytes or an exception) into the store's answer."""
-        if isinstance(result, _MISSING):
+    def _limit(self, max_size: int | None) -> int:
+        return self.options.max_read_size if max_size is None else max_size
+
+    def _outcome(self, read: ObjectRead, byte_range: ByteRequest | None, result: Any) -> bytes | None:
+        """Turn what was read for one request (bytes, None or an exception) into the store's answer."""
+        if result is None or isinstance(result, _MISSING):
             return None
         if isinstance(result, BaseException):
-            if byte_range is not None:
-                return self._read_knowing_size(key, path, byte_range, result)
-            raise self._error("read", key, result) from result
+            if byte_range is not None and self._range_refused(result):
+                return self._read_knowing_size(read, byte_range, result)
+            raise self._error("read", read.key, result) from result
+        if len(result) > read.limit:
+            raise self._error("read", read.key, BodyTooLarge(len(result), read.limit, declared=False))
         return bytes(result)
 
-    def _read_knowing_size(self, key: str, path: str, byte_range: ByteRequest, error: BaseException) -> bytes | None:
+    def _range_refused(self, error: BaseException) -> bool:
+        """Whether a ranged read failed for its range: a server refusing it (400, 416 without a
+        size, 501; some refuse suffix ranges), or any failure of a synchronous file system."""
+        if self.transfers is None:
+            return not isinstance(error, TimeoutError)
+        return isinstance(error, ServerAnswer) and error.status in (400, 416, 501)
+
+    def _read_knowing_size(self, read: ObjectRead, byte_range: ByteRequest, error: BaseException) -> bytes | None:
         """Retry a refused ranged read with explicit, in-bounds limits."""
         try:
-            size = self.fs.size(path)
+            size = self._call("size", read.path)
         except _MISSING:
             return None
         except Exception:
-            raise self._error("read", key, error) from error
+            raise self._error("read", read.key, error) from error
         start, end = byte_bounds(byte_range, size)
         if start >= end:
             return b""
-        try:
-            return bytes(self.fs.cat_file(path, start=start, end=end))
-        except Exception as retry_error:
-            raise self._error("read", key, retry_error) from error
+        retry = ObjectRead(read.key, read.path, start, end, read.limit)
+        outcome = self._read_all([retry])[0]
+        if isinstance(outcome, BaseException):
+            raise self._error("read", read.key, outcome) from error
+        return self._outcome(retry, None, outcome)
 
-    def _read_batch(self, requests: Sequence[tuple[str, ByteRequest | None]]) -> list[bytes | None]:
-        paths = [self._path(key) for key, _ in requests]
-        limits = [open_bounds(byte_range) for _, byte_range in requests]
-        to_read = [position for position, limit in enumerate(limits) if limit is not None]
+    def _read_all(self, reads: Sequence[ObjectRead]) -> list[Any]:
+        """One outcome per read: on async file systems through :class:`Transfers`, on others
+        :func:`~zarrx.storage.readers.read_synchronously`."""
+        transfers = self.transfers
+        if transfers is not None:
+            return transfers.read_many(reads)
+        return read_synchronously(self.fs, reads, self.options)
+
+    def _read_batch(self, requests: Sequence[tuple[str, ByteRequest | None]], max_size: int | None) -> list[bytes | None]:
+        limit = self._limit(max_size)
+        bounds = [open_bounds(byte_range) for _, byte_range in requests]
+        reads = [
+            ObjectRead(key, self._path(key), *(bound or (None, None)), limit)
+            for (key, _), bound in zip(requests, bounds, strict=True)
+        ]
+        to_read = [position for position, bound in enumerate(bounds) if bound is not None]
         results: list[bytes | None] = [None] * len(requests)
         if to_read:
-            try:
-                outcomes = self.fs.cat_ranges(
-                    [paths[position] for position in to_read],
-                    [limits[position][0] for position in to_read],
-                    [limits[position][1] for position in to_read],
-                    on_error="return",
-                    **self._batch["cat_ranges"],
-                )
-            except Exception as error:  # a failure of the whole batch
-                raise self._error("read", requests[to_read[0]][0], error) from error
+            outcomes = self._read_all([reads[position] for position in to_read])
             for position, outcome in zip(to_read, outcomes, strict=True):
-                key, byte_range = requests[position]
-                results[position] = self._outcome(key, paths[position], byte_range, outcome)
-        for position, limit in enumerate(limits):
-            if limit is None:  # an empty range: b"" when the key exists
-                results[position] = b"" if self._isfile(requests[position][0], paths[position]) else None
+                results[position] = self._outcome(reads[position], requests[position][1], outcome)
+        for position, bound in enumerate(bounds):
+            if bound is None:  # an empty range: b"" when the key exists
+                results[position] = b"" if self._isfile(reads[position].key, reads[position].path) else None
         return results
 
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
-        path = self._path(key)
-        limits = open_bounds(byte_range)
-        if limits is None:
-            return b"" if self._isfile(key, path) else None
-        try:
-            result = self.fs.cat_file(path, start=limits[0], end=limits[1])
-        except Exception as error:
-            result = error
-        return self._outcome(key, path, byte_range, result)
+        return self._read_batch([(key, byte_range)], None)[0]
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
-        keys = list(keys)
-        if len(keys) == 1:
-            return {keys[0]: self.get(keys[0])}
-        return dict(zip(keys, self._read_batch([(key, None) for key in keys]), strict=True))
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
+        keys = list(dict.fromkeys(keys))
+        return dict(zip(keys, self._read_batch([(key, None) for key in keys], max_size), strict=True))
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
-        return self._read_batch(list(requests))
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        keys = list(dict.fromkeys(keys))
+        transfers = self.transfers
+        if transfers is None or len(keys) < 2:
+            yield from self.get_many(keys, max_size=max_size).items()
+            return
+        reads = [ObjectRead(key, self._path(key), None, None, self._limit(max_size)) for key in keys]
+        for position, outcome in transfers.iter_reads(reads):
+            yield keys[position], self._outcome(reads[position], None, outcome)
+
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
+        return self._read_batch(list(requests), max_size)
 
     def _isfile(self, key: str, path: str) -> bool:
         try:
-            return bool(self.fs.isfile(path))
+            return bool(self._call("isfile", path, what=f"{key!r}"))
         except _MISSING:
             return False
         except Exception as error:
@@ -354,6 +344,11 @@ class FsspecStore(Store):
             return self._local.set(key, value)
         value = value if isinstance(value, bytes) else bytes(value)
         try:
+            if self.transfers is not None:
+                outcome = self.transfers.write_many([(key, path, value)])[0]
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return
             try:
                 self.fs.pipe_file(path, value)
             except FileNotFoundError:
@@ -368,20 +363,14 @@ class FsspecStore(Store):
             self._check_writable(validate_key(key))
         if self._local is not None:
             return self._local.set_many(items)
-        if len(items) < 2:
+        if len(items) < 2 or self.transfers is None:
             for key, value in items.items():
                 self.set(key, value)
             return
-        try:
-            self.fs.pipe(
-                {self._path(key): value if isinstance(value, bytes) else bytes(value) for key, value in items.items()},
-                **self._batch["pipe"],
-            )
-        except Exception:
-            # Some of the batch may be written; writing it key by key (idempotent)
-            # creates missing folders or reports the key that fails.
-            for key, value in items.items():
-                self.set(key, value)
+        values = [(key, self._path(key), value if isinstance(value, bytes) else bytes(value)) for key, value in items.items()]
+        for (key, _, value), outcome in zip(values, self.transfers.write_many(values), strict=True):
+            if isinstance(outcome, BaseException):
+                raise self._error("write", key, outcome) from outcome
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -389,7 +378,7 @@ class FsspecStore(Store):
         if self._local is not None:
             return self._local.delete(key)
         try:
-            self.fs.rm_file(path)
+            self._call("rm_file", path, what=f"delete {key!r}")
         except _MISSING:
             pass
         except Exception as error:
@@ -408,7 +397,7 @@ class FsspecStore(Store):
             return
         try:
             # one call: S3 deletes up to 1,000 objects per request, async file systems run it concurrently
-            self.fs.rm(paths, **self._batch["rm"])
+            self._call("rm", paths, what=f"delete {len(paths)} keys")
         except Exception:
             # a missing key (which some file systems refuse in a list) or a real failure: key by key
             # reports the failing key, and deleting twice is harmless
@@ -430,7 +419,7 @@ class FsspecStore(Store):
             self.delete_many(list(self.list_prefix(prefix)))
             return
         try:
-            self.fs.rm(folder, recursive=True, **self._batch["rm"])
+            self._call("rm", folder, recursive=True, what=f"delete {prefix!r}")
         except _MISSING:
             pass
         except Exception as error:
@@ -442,7 +431,7 @@ class FsspecStore(Store):
         folder_key = prefix.rpartition("/")[0]
         folder = (self._prefix + folder_key).rstrip("/") or self._prefix
         try:
-            paths = self.fs.find(folder + self._folder_suffix)
+            paths = self._call("find", folder + self._folder_suffix, what=f"list {prefix!r}")
         except _MISSING:
             return iter([])
         except Exception as error:
@@ -456,7 +445,7 @@ class FsspecStore(Store):
             prefix += "/"
         folder = (self._prefix + prefix).rstrip("/") or self._prefix
         try:
-            paths = self.fs.ls(folder + self._folder_suffix, detail=False)
+            paths = self._call("ls", folder + self._folder_suffix, detail=False, what=f"list {prefix!r}")
         except _MISSING:
             return []
         except Exception as error:

@@ -150,11 +150,13 @@ class LocalStore(Store):
             return self._read(key, _read_all)
         return self._read(key, lambda file: _read_range(file, byte_range))
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         keys = list(keys)
         return dict(zip(keys, map_concurrent(self.get, keys), strict=True))
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         # One open per file, however many of its ranges are asked for.
         positions: dict[str, list[int]] = {}
         for position, (key, _) in enumerate(requests):

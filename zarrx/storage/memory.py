@@ -72,10 +72,12 @@ class MemoryStore(Store):
             value = bytes(value)
         return value if byte_range is None else slice_value(value, byte_range)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         return {key: self.get(key) for key in keys}
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         # Each key is looked up once for all its ranges, so the ranges of one key come from one
         # value even while another thread replaces it (a shard's index and its inner chunks).
         values: dict[str, bytes | None] = {}

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from zarrx.storage.store import ByteRequest, Store, WrapperStore
+from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges
 
 __all__ = ["MetricsStore", "OperationMetrics", "MetricsSummary", "OPERATIONS"]
 
@@ -178,21 +178,23 @@ class MetricsStore(WrapperStore):
         finally:
             self._record("get", started, 1, value is None, len(value) if value is not None else 0)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         started = time.perf_counter()
         values: dict[str, bytes | None] = {}
         try:
-            values = self.inner.get_many(keys)
+            values = bounded_get_many(self.inner, keys, max_size)
             return values
         finally:
             found = [v for v in values.values() if v is not None]
             self._record("get_many", started, len(values) or len(keys), len(values) - len(found), sum(map(len, found)))
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         started = time.perf_counter()
         values: list[bytes | None] = []
         try:
-            values = self.inner.get_ranges(requests)
+            values = bounded_get_ranges(self.inner, requests, max_size)
             return values
         finally:
             found = [v for v in values if v is not None]

@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 from zarrx.errors import ReadOnlyError
-from zarrx.storage.store import ByteRequest, Store, WrapperStore, slice_value
+from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges, slice_value
 
 __all__ = ["PrefetchStore"]
 
@@ -55,17 +55,19 @@ class PrefetchStore(WrapperStore):
         value = self._fetched().get(key)
         return None if value is None else slice_value(value, byte_range)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         others = [key for key in keys if key not in self._keys]
-        found = self.inner.get_many(others) if others else {}
+        found = bounded_get_many(self.inner, others, max_size) if others else {}
         if len(others) < len(keys):
             values = self._fetched()
             found.update({key: values.get(key) for key in keys if key in self._keys})
         return {key: found[key] for key in keys}
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         others = [(key, byte_range) for key, byte_range in requests if key not in self._keys]
-        answers = iter(self.inner.get_ranges(others) if others else [])
+        answers = iter(bounded_get_ranges(self.inner, others, max_size) if others else [])
         values = self._fetched() if len(others) < len(requests) else {}
         results = []
         for key, byte_range in requests:

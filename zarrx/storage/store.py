@@ -43,9 +43,11 @@ group layers build them only from validated node names (see :mod:`zarrx.storage.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from zarrx.errors import UsageError
 
@@ -59,6 +61,8 @@ __all__ = [
     "byte_bounds",
     "open_bounds",
     "slice_value",
+    "bounded_get_many",
+    "bounded_get_ranges",
 ]
 
 
@@ -159,6 +163,39 @@ def slice_value(value: bytes, byte_range: ByteRequest | None) -> bytes:
     return value[start:end]
 
 
+@functools.lru_cache(maxsize=256)
+def _takes_max_size(method: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "max_size" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def bounded_get_many(store: "Store", keys: Sequence[str], max_size: int | None) -> dict[str, bytes | None]:
+    """``store.get_many(keys, max_size=max_size)``, for every store: one written before
+    ``max_size`` existed (a subclass overriding ``get_many(self, keys)``) is asked without it.
+
+    Examples
+    --------
+    >>> from zarrx.storage import MemoryStore
+    >>> bounded_get_many(MemoryStore({"a": b"1"}), ["a", "b"], max_size=16)
+    {'a': b'1', 'b': None}
+    """
+    if max_size is not None and _takes_max_size(type(store).get_many):
+        return store.get_many(keys, max_size=max_size)
+    return store.get_many(keys)
+
+
+def bounded_get_ranges(
+    store: "Store", requests: Sequence[tuple[str, "ByteRequest"]], max_size: int | None
+) -> list[bytes | None]:
+    """``store.get_ranges(requests, max_size=max_size)``, as :func:`bounded_get_many` does it."""
+    if max_size is not None and _takes_max_size(type(store).get_ranges):
+        return store.get_ranges(requests, max_size=max_size)
+    return store.get_ranges(requests)
+
+
 class Store(ABC):
     """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
 
@@ -189,15 +226,31 @@ class Store(ABC):
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         """The value (or part of it) stored under ``key``; None when absent."""
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
-        """Fetch many keys in one batch. Missing keys map to None."""
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
+        """Fetch many keys in one batch. Missing keys map to None.
+
+        ``max_size`` is the most bytes any of the values may hold (the array layer passes a
+        chunk's largest encoded size): a store reading over a network stops reading a larger
+        one and raises StoreError naming the key; None means the store's own limit for values
+        of unknown size. Stores holding their values at hand may ignore it.
+        """
         return {key: self.get(key) for key in keys}
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        """``(key, value)`` for each of ``keys`` (once each), as the values arrive, in any order:
+        one batch, as :meth:`get_many`, whose values a store reading over a network yields one by
+        one, so a caller can decode a value while others are in flight. This default yields
+        :meth:`get_many`'s."""
+        return iter(bounded_get_many(self, keys, max_size).items())
+
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         """Fetch many byte ranges in one batch, in order. A missing key gives None.
 
         Stores with :attr:`consistent_ranges` read all the ranges of one key from one version
         of its value, even while another writer replaces it. This default reads range by range.
+        ``max_size`` bounds the whole value of each key, as for :meth:`get_many`.
         """
         return [self.get(key, byte_range) for key, byte_range in requests]
 
@@ -311,11 +364,19 @@ class WrapperStore(Store):
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         return self.inner.get(key, byte_range)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
-        return self.inner.get_many(keys)
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
+        return bounded_get_many(self.inner, keys, max_size)
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
-        return self.inner.get_ranges(requests)
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        if type(self).get_many is not WrapperStore.get_many:
+            # this wrapper changes what get_many does (counts, prefetches, fails): through it
+            return iter(bounded_get_many(self, keys, max_size).items())
+        return self.inner.iter_many(keys, max_size=max_size)
+
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
+        return bounded_get_ranges(self.inner, requests, max_size)
 
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)

@@ -52,7 +52,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from zarrx.errors import StoreError, UsageError
-from zarrx.storage.store import ByteRequest, Store, WrapperStore
+from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges
 
 __all__ = ["FaultyStore", "FailOnce", "FaultRule"]
 
@@ -216,17 +216,19 @@ class FaultyStore(WrapperStore):
         self._check("get", key)
         return self.inner.get(key, byte_range)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes | None]:
+    def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         keys = list(keys)
         for key in keys:
             self._check("get", key)
-        return self.inner.get_many(keys)
+        return bounded_get_many(self.inner, keys, max_size)
 
-    def get_ranges(self, requests: Sequence[tuple[str, ByteRequest]]) -> list[bytes | None]:
+    def get_ranges(
+        self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
+    ) -> list[bytes | None]:
         requests = list(requests)
         for key, _ in requests:
             self._check("get", key)
-        return self.inner.get_ranges(requests)
+        return bounded_get_ranges(self.inner, requests, max_size)
 
     def exists(self, key: str) -> bool:
         self._check("get", key)
