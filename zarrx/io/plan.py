@@ -113,11 +113,6 @@ def _inner_chunks_in_bounds(handle: ArrayHandle, coords: tuple[int, ...]) -> int
     )
 
 
-def _inner_is_full_size(handle: ArrayHandle, global_inner: tuple[int, ...]) -> bool:
-    """Whether an inner chunk (or chunk) lies wholly inside the array (not cut by its edge)."""
-    return all((index + 1) * c <= length for index, c, length in zip(global_inner, handle.io_chunk_shape, handle.shape))
-
-
 def plan_objects(handle: ArrayHandle, projections: Iterable[ChunkProjection], *, write: bool = False) -> Iterator[ObjectPlan]:
     """The stored objects ``projections`` touch, lazily for unsharded arrays (one per projection).
 

@@ -414,11 +414,7 @@ def _shown(value: Any) -> str:
 def parse_copies(group_metadata: Any, v2_document: bytes | None, group: str) -> dict[str, NodeMetadata | Exception]:
     """The consolidated copies of the group at ``group`` by relative path, parsed (an exception
     for a copy that does not parse): v3 from its metadata, v2 from its ``.zmetadata`` bytes."""
-    from zarrx.nodes.hierarchy import FORMATS  # the formats' own parsers of consolidated entries
-
-    if v2_document is not None:
-        from zarrx.metadata.v2 import ConsolidatedMetadataV2
-
+    if v2_document is not None:  # the formats' own parsers of consolidated entries (FORMATS)
         entries = ConsolidatedMetadataV2.from_json(v2_document, join_key(group, ZMETADATA)).metadata
         node_format = FORMATS[2]
     else:
