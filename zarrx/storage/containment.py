@@ -220,7 +220,7 @@ class RootFolder:
         # unpickled elsewhere (a dask worker), it picks what that system offers
         return (RootFolder, (self.path, self.follow_external_links))
 
-    def _open_beneath(self, relative: str, flags: int) -> int | None:
+    def open_beneath(self, relative: str, flags: int) -> int | None:
         """``relative`` opened by the kernel below the root (:mod:`zarrx.storage.beneath`), or None
         when the walk must decide; FileNotFoundError when the root is missing."""
         if self.resolution != "kernel":
@@ -271,7 +271,7 @@ class RootFolder:
         OSError for anything that is not a regular file.
         """
         *folders, name = key.split("/")
-        descriptor = self._open_beneath(key, READ_FLAGS & ~NOFOLLOW)
+        descriptor = self.open_beneath(key, READ_FLAGS & ~NOFOLLOW)
         try:
             if descriptor is None:
                 with self._walk(key, folders, [name]) as walk:
@@ -286,7 +286,7 @@ class RootFolder:
     def scan(self, key: str) -> list[os.DirEntry[Any]]:
         """The entries of the folder ``key`` ('' for the root)."""
         folders = key.split("/") if key else []
-        descriptor = self._open_beneath(key, FOLDER_FLAGS & ~NOFOLLOW)
+        descriptor = self.open_beneath(key, FOLDER_FLAGS & ~NOFOLLOW)
         if descriptor is not None:
             try:
                 return self.calls.scandir(descriptor)
@@ -356,7 +356,7 @@ class RootFolder:
         *folders, name = key.split("/")
         temporary = f".{name}.{uuid.uuid4().hex}.tmp"
         with contextlib.suppress(FileNotFoundError):  # the folder is missing: the walk makes it
-            folder = self._open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
+            folder = self.open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
             if folder is not None:
                 try:
                     return self._write_in(self.calls, folder, name, temporary, value)

@@ -139,13 +139,21 @@ class PathCalls(DescriptorCalls):
 def regular(descriptor: int, key: str) -> int:
     """``descriptor`` when it is a regular file; a folder is IsADirectoryError, anything else OSError."""
     try:
-        mode = os.fstat(descriptor).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "a folder", key)
-        if not stat.S_ISREG(mode):
-            kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
-            raise OSError(errno.EINVAL, f"not a regular file but {kind}", key)
+        regular_size(descriptor, key)
     except BaseException:
         os.close(descriptor)
         raise
     return descriptor
+
+
+def regular_size(descriptor: int, key: str) -> int:
+    """The size of the regular file open at ``descriptor``; a folder is IsADirectoryError,
+    anything else OSError (the descriptor stays open)."""
+    info = os.fstat(descriptor)
+    mode = info.st_mode
+    if stat.S_ISREG(mode):
+        return info.st_size
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "a folder", key)
+    kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
+    raise OSError(errno.EINVAL, f"not a regular file but {kind}", key)

@@ -37,12 +37,14 @@ ranges.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
+from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, Store, byte_bounds
@@ -134,8 +136,12 @@ class LocalStore(Store):
     # -- reading -----------------------------------------------------------------
     def _read(self, key: str, use: Callable[[BinaryIO], Any]) -> Any:
         """``use(file)`` on the file of ``key``; None when there is none."""
+        return self._reading(key, lambda: self._folder.read(validate_key(key), use))
+
+    def _reading(self, key: str, read: Callable[[], Any]) -> Any:
+        """``read()``, which reads ``key``: None when there is no file, OS errors as StoreErrors."""
         try:
-            return self._folder.read(validate_key(key), use)
+            return read()
         except _MISSING:
             return None
         except PermissionError as error:
@@ -149,6 +155,13 @@ class LocalStore(Store):
         if byte_range is None:
             return self._read(key, _read_all)
         return self._read(key, lambda file: _read_range(file, byte_range))
+
+    @contextlib.contextmanager
+    def batch_reader(self, max_size: int | None = None) -> Iterator[Callable[[str], bytes | None]]:
+        # values at hand: max_size is not needed to bound a read (as get_many)
+        with folder_reader(self._folder) as read_file:
+
+            yield lambda key: self._reading(key, lambda: read_file(validate_key(key)))
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         keys = list(keys)
@@ -184,6 +197,20 @@ class LocalStore(Store):
             self._folder.write(key, value)
         except OSError as error:
             raise self._error("write", key, error) from error
+
+    @contextlib.contextmanager
+    def batch_writer(self) -> Iterator[Callable[[str, bytes], None]]:
+        with folder_writer(self._folder) as write_file:
+
+            def write(key: str, value: bytes) -> None:
+                validate_key(key)
+                self._check_writable(key)
+                try:
+                    write_file(key, value)
+                except OSError as error:
+                    raise self._error("write", key, error) from error
+
+            yield write
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
         for key in items:

@@ -32,6 +32,10 @@ than test its class (zarr-python 3's ``supports_*``):
                                (writes and deletions never do; see :mod:`zarrx.storage.containment`)
 ``external_links(prefix)``     ``(key, target)`` of the links below ``prefix`` that leave the
                                root (``[]`` for stores without links)
+``batch_reader(max_size)``     a ``with`` block giving a function that reads whole values one
+                               after another (default: ``get``); a local store keeps the
+                               folders it reads in open for all of them
+``batch_writer()``             the same for writing values one after another (default: ``set``)
 =============================  ==========================================================
 
 :class:`WrapperStore` forwards every method and ability to the store it wraps, so a wrapper
@@ -43,6 +47,7 @@ group layers build them only from validated node names (see :mod:`zarrx.storage.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from abc import ABC, abstractmethod
@@ -243,6 +248,24 @@ class Store(ABC):
         :meth:`get_many`'s."""
         return iter(bounded_get_many(self, keys, max_size).items())
 
+    @contextlib.contextmanager
+    def batch_reader(self, max_size: int | None = None) -> Iterator[Callable[[str], "bytes | None"]]:
+        """A function reading whole values one after another on one thread, for as long as the
+        ``with`` block lasts: what the executor's small-chunk loop calls once per chunk.
+
+        A store may hold what many reads share while it is open (a local store: its root
+        folder's descriptor) and bound each value by ``max_size`` as :meth:`get_many` does.
+        This default is :meth:`get`.
+
+        Examples
+        --------
+        >>> from zarrx.storage import MemoryStore
+        >>> with MemoryStore({"a": b"1"}).batch_reader() as read:
+        ...     read("a"), read("b")
+        (b'1', None)
+        """
+        yield self.get
+
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:
@@ -261,6 +284,23 @@ class Store(ABC):
     @abstractmethod
     def set(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` atomically."""
+
+    @contextlib.contextmanager
+    def batch_writer(self) -> Iterator[Callable[[str, bytes], None]]:
+        """A function storing values one after another on one thread (each atomically, as
+        :meth:`set`), for as long as the ``with`` block lasts: what the executor's small-chunk
+        write loop calls once per chunk. This default is :meth:`set`.
+
+        Examples
+        --------
+        >>> from zarrx.storage import MemoryStore
+        >>> store = MemoryStore()
+        >>> with store.batch_writer() as write:
+        ...     write("a", b"1")
+        >>> store.get("a")
+        b'1'
+        """
+        yield self.set
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
         """Store many values in one batch."""
@@ -373,6 +413,15 @@ class WrapperStore(Store):
             return iter(bounded_get_many(self, keys, max_size).items())
         return self.inner.iter_many(keys, max_size=max_size)
 
+    @contextlib.contextmanager
+    def batch_reader(self, max_size: int | None = None) -> Iterator[Callable[[str], "bytes | None"]]:
+        if type(self).get is not WrapperStore.get:
+            # this wrapper changes what get does (counts, fails): through it
+            yield self.get
+            return
+        with self.inner.batch_reader(max_size) as read:
+            yield read
+
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:
@@ -383,6 +432,15 @@ class WrapperStore(Store):
 
     def set(self, key: str, value: bytes) -> None:
         self.inner.set(key, value)
+
+    @contextlib.contextmanager
+    def batch_writer(self) -> Iterator[Callable[[str, bytes], None]]:
+        if type(self).set is not WrapperStore.set:
+            # this wrapper changes what set does (counts, fails): through it
+            yield self.set
+            return
+        with self.inner.batch_writer() as write:
+            yield write
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
         self.inner.set_many(items)

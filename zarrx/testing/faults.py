@@ -15,7 +15,8 @@ Which operations fail is a *fault rule*, given per kind of operation:
   ``delete_many`` and ``delete_prefix``);
 * ``fail_in_batch``: whole batch writes (``set_many``, ``delete_many``): the
   batch fails *in the middle* -- its first half is written (deleted), then the
-  first key of the second half fails.
+  first key of the second half fails. A ``batch_writer`` block is a batch too,
+  of keys not known in advance: a failing one fails at its first write.
 
 A rule is ``None`` (never fail), an ``int`` ``k`` (the k-th operation of that
 kind fails, counting from 1), a collection of ints (each of those), or a
@@ -47,8 +48,9 @@ zarrx.errors.StoreError: injected fault: could not write 'b' (write 2 of FaultyS
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Union
 
 from zarrx.errors import StoreError, UsageError
@@ -238,6 +240,23 @@ class FaultyStore(WrapperStore):
     def set(self, key: str, value: bytes) -> None:
         self._check("set", key)
         self.inner.set(key, value)
+
+    @contextlib.contextmanager
+    def batch_writer(self) -> Iterator[Callable[[str, bytes], None]]:
+        """Writes one by one through :meth:`set` (its faults apply to each); the block is one
+        batch for ``fail_in_batch``, which fails at its first write."""
+        first = True
+
+        def write(key: str, value: bytes) -> None:
+            nonlocal first
+            if first:
+                first = False
+                count = self._count("batch", key)
+                if count is not None:
+                    self._raise("batch", key, f"could not write {key!r} (the first write of batch {count} of {self!r})")
+            self.set(key, value)
+
+        yield write
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
         items = dict(items)
