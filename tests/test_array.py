@@ -262,7 +262,10 @@ def test_auto_chunks_are_bounded():
 
 
 def test_many_chunk_read_uses_one_batched_store_call():
+    # a store with round trips (a store whose reads are local is read chunk by chunk, one
+    # batch_reader per thread: test_small_chunk_reads_go_through_the_batch_reader)
     class Counting(MemoryStore):
+        reads_are_local = False
         calls = 0
         in_batch = False
 

@@ -74,7 +74,10 @@ def test_reset_and_snapshots(store):
 
 
 def test_counts_an_array_read_as_one_batch():
-    store = MetricsStore(MemoryStore())
+    class Remote(MemoryStore):
+        reads_are_local = False  # a store with round trips: batched (local ones are read chunk by chunk)
+
+    store = MetricsStore(Remote())
     array = zarrx.create_array(store, "x", shape=(64, 64), chunks=(8, 8), dtype="f4")
     store.reset()
     array[:] = np.ones((64, 64), dtype="f4")
@@ -131,3 +134,14 @@ def test_process_local_follows_the_wrapped_store(tmp_path):
 
     assert MetricsStore(MemoryStore()).process_local
     assert not MetricsStore(LocalStore(tmp_path)).process_local
+
+
+def test_counts_each_chunk_of_a_local_read():
+    store = MetricsStore(MemoryStore())
+    array = zarrx.create_array(store, "x", shape=(64, 64), chunks=(8, 8), dtype="f4")
+    array[:] = np.ones((64, 64), dtype="f4")
+    store.reset()
+    zarrx.open_array(store, "x")[4:20, 4:20]
+    summary = store.summary()
+    assert summary["get"].requests == 1 + 9  # the metadata document, then the 9 chunks one by one
+    assert summary["get_many"].calls == 0

@@ -47,7 +47,7 @@ from zarrx.codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec,
 from zarrx.codecs.registry import codec_from_json
 from zarrx.errors import ChunkDecodeError, ChunkEncodeError, MetadataError, UsageError, ZarrxError
 
-__all__ = ["CodecPipeline", "DEFAULT_MAX_SIZE", "DEFAULT_MAX_CHUNK_BYTES", "check_chunk_size", "max_chunk_bytes"]
+__all__ = ["CodecPipeline", "decode_failure", "DEFAULT_MAX_SIZE", "DEFAULT_MAX_CHUNK_BYTES", "check_chunk_size", "max_chunk_bytes"]
 
 #: bound on a decoded chunk whose size is not fixed by its data type (variable length)
 DEFAULT_MAX_SIZE = 2**31
@@ -324,6 +324,12 @@ class CodecPipeline:
         """Whether :meth:`decode` decodes chunks of ``spec`` into a given ``out`` buffer."""
         return self._plan(spec)[2] is not None
 
+    def direct_codec(self, spec: ChunkSpec) -> BytesBytesCodec | None:
+        """The one codec whose ``decode_into(data, out_bytes)`` decodes a chunk of ``spec`` into
+        the bytes of a C-contiguous array of its shape and dtype, or None (see :meth:`decode`).
+        A caller using it wraps its errors with :func:`decode_failure`."""
+        return self._plan(spec)[2]
+
     def decode(self, data: Any, spec: ChunkSpec, key: str, out: np.ndarray | None = None) -> np.ndarray:
         """Decode one stored chunk to an array of exactly ``spec.shape`` and ``spec.dtype``.
 
@@ -340,12 +346,8 @@ class CodecPipeline:
                 out = np.empty(spec.shape, dtype=spec.dtype)
             try:
                 direct.decode_into(data, out.reshape(-1).view(np.uint8))
-            except ChunkDecodeError as error:
-                raise ChunkDecodeError(f"chunk {key!r}: codec {direct.name!r}: {error}") from error
             except Exception as error:
-                raise ChunkDecodeError(
-                    f"chunk {key!r}: codec {direct.name!r} failed to decode: {type(error).__name__}: {error}"
-                ) from error
+                raise decode_failure(key, direct, error) from error
             return out
         codec: Codec = self.array_bytes
         # one try for the whole chain (cheaper than a context per codec); `codec` names the culprit
@@ -356,18 +358,22 @@ class CodecPipeline:
             array = codec.decode(data, specs[-1])
             for codec, codec_spec in zip(reversed(self.array_array), reversed(specs[:-1])):
                 array = codec.decode(array, codec_spec)
-        except ChunkDecodeError as error:
-            raise ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r}: {error}") from error
         except Exception as error:  # numcodecs and the C libraries raise RuntimeError, ValueError, MemoryError...
-            raise ChunkDecodeError(
-                f"chunk {key!r}: codec {codec.name!r} failed to decode: {type(error).__name__}: {error}"
-            ) from error
+            raise decode_failure(key, codec, error) from error
         if array.shape != spec.shape or array.dtype != spec.dtype:
             raise ChunkDecodeError(
                 f"chunk {key!r}: decoded to shape {array.shape} and dtype {array.dtype}, "
                 f"expected shape {spec.shape} and dtype {spec.dtype}"
             )
         return array
+
+
+def decode_failure(key: str, codec: Codec, error: Exception) -> ChunkDecodeError:
+    """The error for ``codec`` failing with ``error`` on the chunk ``key``: what the codec found
+    (a ChunkDecodeError's own words), or the library's exception by name."""
+    if isinstance(error, ChunkDecodeError):
+        return ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r}: {error}")
+    return ChunkDecodeError(f"chunk {key!r}: codec {codec.name!r} failed to decode: {type(error).__name__}: {error}")
 
 
 def _chunk(key: str | None) -> str:

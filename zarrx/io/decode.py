@@ -11,15 +11,16 @@ only to check it (``zarrx verify``): a shard one inner chunk at a time.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
-from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
 from zarrx.concurrency import map_concurrent, scratch_array
 from zarrx.io.handle import ArrayHandle
+from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
 
 __all__ = ["ChunkDecoder", "MIN_THREADED_CHUNK_BYTES", "caller_can_work", "worth_threads", "decode_stored"]
@@ -69,23 +70,38 @@ class ChunkDecoder:
         self.decodes_into = pipeline.decodes_into(spec)
         self.direct_out = (
             self.decodes_into and out.flags.c_contiguous and out.flags.writeable and out.dtype == spec.dtype
-        )
+            and (spec_of is not None or _contiguous_piece(spec.shape, out.shape))
+        )  # fmt: skip
 
     def run(self, function: Callable[[T], None], items: Sequence[T]) -> None:
         run_maybe_threaded(function, items, self.threaded, self.pipeline)
 
     def place(self, projection: ChunkProjection, key: str, raw: Any) -> None:
         """Decode ``raw`` (None: absent, the fill value) into ``out`` at ``projection``."""
+        coords = projection.chunk_coords
+        spec = self.spec if self.spec_of is None else self.spec_of(coords)
+        whole = projection.is_complete_chunk and self._fills_exactly(projection.out_selection, spec)
+        self.put(raw, key, projection.out_selection, None if whole else projection.chunk_selection, spec, coords)
+
+    def _fills_exactly(self, out_selection: tuple[Any, ...], spec: ChunkSpec) -> bool:
+        """Whether a complete chunk's piece of ``out`` has the chunk's own shape (not cut by an edge)."""
+        return 0 < len(out_selection) == len(spec.shape) and all(
+            isinstance(item, slice) and item.stop - item.start == length for item, length in zip(out_selection, spec.shape)
+        )
+
+    def put(self, raw: Any, key: str, out_selection: tuple[Any, ...], chunk_selection: tuple[Any, ...] | None,
+            spec: ChunkSpec, coords: tuple[int, ...]) -> None:
+        """Decode ``raw`` (None: the fill value) and put ``chunk[chunk_selection]`` at
+        ``out[out_selection]``; ``chunk_selection`` None: the whole chunk, which then decodes
+        straight into ``out`` where that piece of it is contiguous."""
         out = self.out
-        spec = self.spec if self.spec_of is None else self.spec_of(projection.chunk_coords)
         if raw is None:
-            out[projection.out_selection] = self.fill_value
+            out[out_selection] = self.fill_value
             return
         target = None
-        if self.direct_out and projection.is_complete_chunk:
-            # whole chunk into a slice-only piece of out (is_complete_chunk rules out index arrays)
-            target = out[(*projection.out_selection, Ellipsis)]  # a view even for 0-d output
-            if target.shape != spec.shape or not target.flags.c_contiguous:
+        if chunk_selection is None and self.direct_out:
+            target = out[(*out_selection, Ellipsis)]  # a view even for 0-d output
+            if not target.flags.c_contiguous:
                 target = None
         buffer = target if target is not None else scratch_array(spec.shape, spec.dtype) if self.decodes_into else None
         try:
@@ -94,14 +110,45 @@ class ChunkDecoder:
             if not self.inner:
                 raise
             # decode again for an error naming the inner chunk (the name is built only on failure)
-            self.pipeline.decode(raw, spec, f"{key} inner chunk {projection.chunk_coords}")
+            self.pipeline.decode(raw, spec, f"{key} inner chunk {coords}")
             raise
         if chunk is not target:
-            out[projection.out_selection] = chunk[projection.chunk_selection]
+            out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
+
+    def put_rows(self, rows: Iterable[ChunkRow], read: Callable[[str], Any]) -> None:
+        """Read each row's chunk with ``read``, decode it and put it in place, on this thread:
+        the small-chunk loop, with this thread's scratch buffer and the pipeline's one direct
+        codec (when it has one) called without a pipeline step per chunk."""
+        spec, out, fill_value, put = self.spec, self.out, self.fill_value, self.put
+        direct = None if self.spec_of is not None else self.pipeline.direct_codec(spec)
+        if direct is not None:
+            scratch = scratch_array(spec.shape, spec.dtype)
+            scratch_bytes = scratch.reshape(-1).view(np.uint8)
+        for key, coords, out_selection, chunk_selection in rows:
+            raw = read(key)
+            if raw is None:
+                out[out_selection] = fill_value
+            elif direct is None or (chunk_selection is None and self.direct_out):
+                put(raw, key, out_selection, chunk_selection, spec, coords)
+            else:
+                try:
+                    direct.decode_into(raw, scratch_bytes)
+                except Exception as error:
+                    raise decode_failure(key, direct, error) from error
+                out[out_selection] = scratch if chunk_selection is None else scratch[chunk_selection]
 
     def place_job(self, job: tuple[Any, ChunkProjection, str]) -> None:
         raw, projection, key = job
         self.place(projection, key, raw)
+
+
+def _contiguous_piece(chunk_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a piece of ``chunk_shape`` can be contiguous in a C-contiguous array of ``out_shape``:
+    after its first dimension longer than 1, it spans the whole of every later one."""
+    if len(chunk_shape) != len(out_shape):
+        return False
+    first = next((dimension for dimension, length in enumerate(chunk_shape) if length > 1), len(chunk_shape))
+    return chunk_shape[first + 1 :] == out_shape[first + 1 :]
 
 
 def decode_stored(handle: ArrayHandle, key: str, raw: Any, coords: tuple[int, ...] | None = None) -> None:

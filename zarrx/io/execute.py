@@ -32,9 +32,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from zarrx.errors import ChunkEncodeError, SelectionError
-from zarrx.io.decode import ChunkDecoder
+from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size
+from zarrx.io.decode import ChunkDecoder, caller_can_work
 from zarrx.io.handle import ArrayHandle
-from zarrx.io.plan import ObjectPlan, batches, inner_reads, plan_objects, split_batches
+from zarrx.io.plan import ChunkRow, ObjectPlan, batches, chunk_table, inner_reads, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection, OrthogonalIndexer, VectorizedIndexer
 from zarrx.sizes import count_text
 from zarrx.storage.store import (
@@ -251,6 +252,11 @@ def _chunk_request(plan: ObjectPlan) -> Request:
 def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], out: np.ndarray, fetcher: Fetcher) -> None:
     decoder = ChunkDecoder(handle.pipeline, handle.spec, out, handle.fill_value, inner=False,
                            spec_of=None if handle.regular else handle.object_spec)  # fmt: skip
+    if handle.store.reads_are_local:
+        rows = chunk_table(handle, projections)
+        if rows is not None:
+            _read_table(handle, rows, decoder, fetcher)
+            return
     objects = plan_objects(handle, projections)
     if handle.store.reads_are_local and decoder.threaded:
         # small chunks decode on the calling thread (see MIN_THREADED_CHUNK_BYTES): their reads
@@ -278,6 +284,24 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
         blobs = fetcher.objects(requests)
         if not fetcher.dry:
             decoder.run(lambda plan: decoder.place(plan.pieces[0][1], plan.key, blobs.get(plan.key)), batch)
+
+
+def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder, fetcher: Fetcher) -> None:
+    """The chunks of a store whose reads are local, from their table: a few runs of rows, each
+    read, decoded and placed by one thread in one loop, through one ``batch_reader``."""
+    if fetcher.dry:
+        for key, coords, _, _ in rows:
+            fetcher.one((key, None, CHUNK, (coords,)))
+        return
+    store, max_size = handle.store, fetcher.max_size
+
+    def run(part: list[ChunkRow]) -> None:
+        with store.batch_reader(max_size) as read:
+            decoder.put_rows(part, read)
+
+    size = max(1, -(-len(rows) // (pool_size() * GROUPS_PER_WORKER)))
+    map_concurrent(run, [rows[start : start + size] for start in range(0, len(rows), size)],
+                   caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
 
 
 #: an inner chunk to decode: its bytes (None: fill value), its projection, the shard's key

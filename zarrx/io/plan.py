@@ -21,10 +21,11 @@ render and run the same plans.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.sharding import ShardIndex
@@ -34,7 +35,7 @@ from zarrx.io.selection import ChunkProjection
 from zarrx.storage.store import RangeByteRequest
 
 __all__ = [
-    "ObjectPlan", "RangeRead", "plan_objects", "inner_reads", "batches", "split_batches", "batch_limit",
+    "ObjectPlan", "RangeRead", "ChunkRow", "plan_objects", "chunk_table", "inner_reads", "batches", "split_batches", "batch_limit",
     "decoded_nbytes", "MIN_BATCH_BYTES",
 ]  # fmt: skip
 
@@ -142,6 +143,51 @@ def plan_objects(handle: ArrayHandle, projections: Iterable[ChunkProjection], *,
         if write:
             whole = whole and all(projection.is_complete_chunk for _, projection in pieces)
         yield ObjectPlan(handle.object_key(shard), shard, tuple(pieces), whole)
+
+
+#: one row of a chunk table: key, chunk coordinates, where it goes in the output, and what part of
+#: the chunk goes there (None: the whole chunk, exactly the output piece's shape)
+ChunkRow = tuple[str, tuple[int, ...], tuple[Any, ...], "tuple[Any, ...] | None"]
+
+
+def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> list[ChunkRow] | None:
+    """:func:`plan_objects` of an unsharded array for a product selection (slices and ints), as
+    rows computed per dimension and combined once -- no projection object per chunk: the plan of
+    the executor's small-chunk loop. None for any other array or selection.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> from zarrx.io.selection import BasicIndexer
+    >>> array = zarrx.create_array(zarrx.storage.MemoryStore(), "t", shape=(10,), chunks=(4,), dtype="i1")
+    >>> chunk_table(array.handle, BasicIndexer(slice(2, 9), (10,), (4,)))  # doctest: +NORMALIZE_WHITESPACE
+    [('t/c/0', (0,), (slice(0, 2, None),), (slice(2, 4, 1),)),
+     ('t/c/1', (1,), (slice(2, 6, None),), None),
+     ('t/c/2', (2,), (slice(6, 7, None),), (slice(0, 1, 1),))]
+    """
+    dimensions = getattr(projections, "dimensions", lambda: None)()
+    if handle.sharding is not None or not handle.regular or dimensions is None:
+        return None
+    per_dimension, kept = [], []
+    for dimension, (projected, length) in enumerate(zip(dimensions, handle.io_chunk_shape)):
+        if projected and projected[0].out_selection is not None:
+            kept.append(dimension)
+        # a piece is the whole chunk when it takes all of it in order, up to the array's edge
+        per_dimension.append([
+            (p.chunk_index, p.out_selection, p.chunk_selection,
+             p.is_complete and p.out_selection is not None and p.out_selection.stop - p.out_selection.start == length)
+            for p in projected
+        ])  # fmt: skip
+    dropped = len(kept) != len(per_dimension)
+    key = handle.object_key
+    rows: list[ChunkRow] = []
+    for combination in itertools.product(*per_dimension):
+        coords, outs, selections, whole = zip(*combination) if combination else ((), (), (), ())
+        if dropped:
+            outs = tuple(outs[dimension] for dimension in kept)
+        # (a 0-d chunk is never "whole": out[()] = chunk would store the array in an object slot)
+        rows.append((key(coords), coords, outs, None if whole and all(whole) else selections))
+    return rows
 
 
 def object_weight(handle: ArrayHandle) -> Callable[[ObjectPlan], int]:

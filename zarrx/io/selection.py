@@ -36,6 +36,7 @@ from zarrx.errors import BoundsCheckError, SelectionError
 __all__ = [
     "is_basic",
     "ChunkProjection",
+    "DimProjection",
     "BasicIndexer",
     "OrthogonalIndexer",
     "VectorizedIndexer",
@@ -333,6 +334,11 @@ class _ProductIndexer:
     @property
     def nchunks(self) -> int:
         return math.prod(len(d) for d in self._dims)
+
+    def dimensions(self) -> list[Sequence[DimProjection]] | None:
+        """The projections of each dimension, whose product :meth:`__iter__` yields; None when
+        an index array makes the chunk selections more than a product of per-dimension parts."""
+        return None if self._has_arrays else self._dims
 
 
 def _dims_of(

@@ -23,12 +23,13 @@ Example::
     >>> array = zarrx.create_array({}, shape=(100, 100), chunks=(10, 10), dtype="i2")
     >>> array[:] = 1
     >>> plan = explain(array, np.s_[5:25, 0:10])
-    >>> plan.keys, plan.nrequests, plan.nbatches
-    (('c/0/0', 'c/1/0', 'c/2/0'), 3, 1)
+    >>> plan.keys, plan.nrequests, plan.nbatches  # a store of local reads: a get per chunk
+    (('c/0/0', 'c/1/0', 'c/2/0'), 3, 3)
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,14 @@ class _Counted:
         for projection in self.projections:
             self.chunks.add(projection.chunk_coords)
             yield projection
+
+    def dimensions(self) -> Any:
+        """The indexer's per-dimension projections (a plan made from them, a chunk table, takes
+        every combination of them: those are counted here)."""
+        dimensions = getattr(self.projections, "dimensions", lambda: None)()
+        if dimensions is not None:
+            self.chunks.update(itertools.product(*([p.chunk_index for p in dimension] for dimension in dimensions)))
+        return dimensions
 
 
 def explain(array: Array, selection: Any = Ellipsis, *, indexing: str = "auto", read_index: bool = True) -> Explanation:
