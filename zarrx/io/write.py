@@ -12,7 +12,9 @@ every stored object a selection touches (:func:`zarrx.io.plan.plan_objects` with
 Each object is stored atomically. On stores whose writes cost no round trip
 (``reads_are_local``) every object large enough for the thread pool is stored from the pool task
 that encoded it, so compression and file writes overlap and no more than one encoded object per
-thread is held; otherwise objects go out in one batched ``set_many`` per batch of about
+thread is held; small chunks of a store of local files go in a few runs, each encoded and written
+by one thread in one loop through the store's ``batch_writer`` (partial ones read through its
+``batch_reader``). Otherwise objects go out in one batched ``set_many`` per batch of about
 :data:`~zarrx.io.plan.MIN_BATCH_BYTES` of input.
 :func:`trim_past_edge` is the read-modify-write of a shrinking ``resize``.
 """
@@ -26,8 +28,8 @@ import numpy as np
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.concurrency import scratch_array
-from zarrx.io.decode import run_maybe_threaded, worth_threads
+from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size, scratch_array
+from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_objects, split_batches
@@ -48,6 +50,10 @@ def write_from(handle: ArrayHandle, projections: Iterable[ChunkProjection], valu
     # objects big enough for the pool go to a local store from the task that encoded them;
     # small ones in batches (one dict update, or files written concurrently by the store)
     direct = handle.store.reads_are_local and worth_threads(handle.spec)
+    if handle.sharding is None and handle.store.reads_are_local and not handle.store.process_local and not direct:
+        for batch in split_batches(plan_objects(handle, projections, write=True), lambda _: 1, DIRECT_BATCH_ITEMS):
+            _write_in_loops(handle, batch, value)
+        return
     if handle.sharding is not None:
         limit = DIRECT_BATCH_ITEMS if direct else 1 << 62  # shards are grouped whole, in one batch
         build = _build_shard
@@ -79,6 +85,29 @@ def _write_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
         if to_store:
             store.set_many(to_store)
     to_delete = [key for key, data in results if data is None]
+    if to_delete:
+        store.delete_many(to_delete)
+
+
+def _write_in_loops(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray) -> None:
+    """Small chunks of a store of local files: a few runs of the batch, each encoded and written
+    (or read, merged and written) by one thread; chunks left all fill value deleted at the end."""
+    store = handle.store
+
+    def run(part: list[ObjectPlan]) -> list[str]:
+        empty = []
+        with store.batch_reader(handle.max_object_size) as read, store.batch_writer() as write:
+            for plan in part:
+                encoded = _build_chunk(handle, plan, value, None if plan.whole else read(plan.key))
+                if encoded is None:
+                    empty.append(plan.key)
+                else:
+                    write(plan.key, encoded)
+        return empty
+
+    size = max(1, -(-len(batch) // (pool_size() * GROUPS_PER_WORKER)))
+    parts = [batch[start : start + size] for start in range(0, len(batch), size)]
+    to_delete = [key for empty in map_concurrent(run, parts, caller_works=caller_can_work(handle.pipeline)) for key in empty]
     if to_delete:
         store.delete_many(to_delete)
 
