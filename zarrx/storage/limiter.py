@@ -101,12 +101,15 @@ class _Window:
     def free(self) -> bool:
         return self.held < max(1, int(self.size))
 
-    async def acquire(self, timeout: float | None) -> None:
+    async def acquire(self, timeout: float | None, first: bool = False) -> None:
         if self.free() and not self.waiters:
             self.held += 1
             return
         waiter = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
+        if first:
+            self.waiters.appendleft(waiter)
+        else:
+            self.waiters.append(waiter)
         try:
             async with asyncio.timeout(timeout):
                 await waiter
@@ -213,6 +216,9 @@ class HostLimiter:
         self.cap = cap
         self._requests = _Window(initial, cap)
         self._connections = _Window(connections, cap)
+        #: requests sent and not yet answered (readers that see requests go on the wire count
+        #: them): what the server has in hand, the level an overload is measured at
+        self.on_wire = 0
         #: whether the host keeps connections alive (None: not seen yet)
         self.keeps_alive: bool | None = None
         #: latencies of answers on reused connections, and on new ones (which include the
@@ -252,16 +258,17 @@ class HostLimiter:
     def opening(self) -> int:
         return self._connections.held
 
-    async def acquire(self, timeout: float | None = None) -> None:
+    async def acquire(self, timeout: float | None = None, first: bool = False) -> None:
         """Wait for a request slot (at most ``timeout`` seconds, else asyncio.TimeoutError, also
-        when a ``Retry-After`` pause lasts longer); :meth:`release` it when the request is done."""
+        when a ``Retry-After`` pause lasts longer), ahead of the other waiters when ``first`` (a
+        retry); :meth:`release` it when the request is done."""
         wait = self._paused_until - time.monotonic()
         if wait > 0:
             if timeout is not None and wait >= timeout:
                 raise asyncio.TimeoutError(f"the server asked to wait {wait:.1f} s more, past the deadline")
             await asyncio.sleep(wait)
             timeout = None if timeout is None else timeout - wait
-        await self._requests.acquire(timeout)
+        await self._requests.acquire(timeout, first)
 
     def release(self) -> None:
         self._requests.release()
