@@ -13,8 +13,13 @@ answer "holds latency" when its time to the first byte, less the client's connec
 within :data:`LATENCY_TOLERANCE` times the lowest of the last answers of its kind -- on a reused
 connection, or on a new one (which a server must first accept, and may start a thread for);
 slow start ends when answers keep missing that. Signs of overload shrink the window multiplicatively: 429/503/SlowDown to
-:data:`THROTTLED_FACTOR` times the number of requests in flight when the refused one was sent,
-connection resets and timeouts to :data:`FAILURE_FACTOR` times it. Requests in flight when a
+:data:`THROTTLED_FACTOR` times the *level* of the refused request, connection resets and
+timeouts to :data:`FAILURE_FACTOR` times it. The level is what the server had in hand when it
+gave up: the requests on the wire (sent and not yet answered, :attr:`HostLimiter.on_wire`,
+itself included) where the reader sees requests go out (HTTP), else the requests in flight
+when it was sent (some of which may still have been waiting for a connection). The window
+shrinks before the refused request gives its slot back, so the slot never goes to a request
+waiting at the old size; a retry then takes the next free slot ahead of requests not yet sent. Requests in flight when a
 server falls over all fail together: for a round trip after a decrease (the *recovery*) the
 window does not grow, and further signs only lower it to their own level, so one overload is one
 decrease. The level where overload struck (the *ceiling*) is remembered: the window grows back
