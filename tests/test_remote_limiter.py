@@ -159,6 +159,29 @@ def test_the_window_makes_requests_wait_and_hands_slots_on_in_order():
     assert limiter.in_flight == 0
 
 
+def test_a_retry_takes_the_next_free_slot_ahead_of_requests_not_yet_sent():
+    async def scenario():
+        limiter = HostLimiter("http://h:80", cap=1, initial=1)
+        order = []
+
+        async def request(name, first=False):
+            await limiter.acquire(5, first=first)
+            order.append(name)
+            await asyncio.sleep(0.01)
+            limiter.release()
+
+        await limiter.acquire(5)  # the refused request still holds the only slot
+        waiting = [asyncio.ensure_future(request(n)) for n in range(3)]
+        await asyncio.sleep(0)
+        retry = asyncio.ensure_future(request("retry", first=True))
+        await asyncio.sleep(0)
+        limiter.release()
+        await asyncio.gather(*waiting, retry)
+        return order
+
+    assert asyncio.run(scenario()) == ["retry", 0, 1, 2]
+
+
 def test_waiting_past_the_timeout_raises_and_leaves_no_slot_taken():
     async def scenario():
         limiter = HostLimiter("http://h:80", cap=1, initial=1)

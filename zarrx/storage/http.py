@@ -71,16 +71,31 @@ def _aiohttp():
 
 
 class _Connection:
-    """What one attempt's new connection did (aiohttp's ``trace_request_ctx``)."""
+    """What one attempt's connection did (aiohttp's ``trace_request_ctx``): the new connection it
+    opened, if any, and whether its request is on the wire (sent, not yet answered)."""
 
-    __slots__ = ("limiter", "timeout", "held", "gate_wait", "connect_seconds", "_started")
+    __slots__ = ("limiter", "timeout", "held", "gate_wait", "connect_seconds", "_started", "on_wire")
 
     def __init__(self, limiter: HostLimiter, timeout: float) -> None:
         self.limiter, self.timeout = limiter, timeout
         self.held = False
+        self.on_wire = False
         self.gate_wait = 0.0
         self.connect_seconds: float | None = None
         self._started = 0.0
+
+    def sent(self) -> None:
+        if not self.on_wire:  # a redirect sends once more: the same request, still on the wire
+            self.on_wire = True
+            self.limiter.on_wire += 1
+
+    def off_wire(self) -> int:
+        """The request's answer came (or it failed): the requests the server had then, itself included."""
+        level = self.limiter.on_wire
+        if self.on_wire:
+            self.on_wire = False
+            self.limiter.on_wire -= 1
+        return level
 
     async def opening(self) -> None:
         # aiohttp sends a request once more on a new connection when the first one is closed
@@ -118,11 +133,18 @@ async def _on_connection_create_end(session: Any, context: Any, params: Any) -> 
         connection.opened()
 
 
+async def _on_request_headers_sent(session: Any, context: Any, params: Any) -> None:
+    connection = context.trace_request_ctx
+    if isinstance(connection, _Connection):
+        connection.sent()
+
+
 def _trace_config() -> Any:
     aiohttp = _aiohttp()
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_start.append(_on_connection_create_start)
     trace.on_connection_create_end.append(_on_connection_create_end)
+    trace.on_request_headers_sent.append(_on_request_headers_sent)
     trace.freeze()
     return trace
 
@@ -191,6 +213,7 @@ class HttpReader:
             ) as response:
                 latency = time.monotonic() - sent - connection.gate_wait - (connection.connect_seconds or 0.0)
                 attempt.latency, attempt.fresh = max(latency, 0.0), connection.held
+                attempt.level = connection.off_wire()
                 connection.answered(attempt.limiter.holds_latency(attempt.latency, fresh=True), _keeps_alive(response))
                 return await self._body(read, response)
         except aiohttp.ConnectionTimeoutError as error:
@@ -200,6 +223,8 @@ class HttpReader:
                 raise SlowConnect(f"no connection within {connect_timeout:.2f} s") from error
             raise
         except BaseException:
+            if connection.on_wire:
+                attempt.level = connection.off_wire()
             connection.failed(slow=False)
             raise
 

@@ -13,8 +13,13 @@ answer "holds latency" when its time to the first byte, less the client's connec
 within :data:`LATENCY_TOLERANCE` times the lowest of the last answers of its kind -- on a reused
 connection, or on a new one (which a server must first accept, and may start a thread for);
 slow start ends when answers keep missing that. Signs of overload shrink the window multiplicatively: 429/503/SlowDown to
-:data:`THROTTLED_FACTOR` times the number of requests in flight when the refused one was sent,
-connection resets and timeouts to :data:`FAILURE_FACTOR` times it. Requests in flight when a
+:data:`THROTTLED_FACTOR` times the *level* of the refused request, connection resets and
+timeouts to :data:`FAILURE_FACTOR` times it. The level is what the server had in hand when it
+gave up: the requests on the wire (sent and not yet answered, :attr:`HostLimiter.on_wire`,
+itself included) where the reader sees requests go out (HTTP), else the requests in flight
+when it was sent (some of which may still have been waiting for a connection). The window
+shrinks before the refused request gives its slot back, so the slot never goes to a request
+waiting at the old size; a retry then takes the next free slot ahead of requests not yet sent. Requests in flight when a
 server falls over all fail together: for a round trip after a decrease (the *recovery*) the
 window does not grow, and further signs only lower it to their own level, so one overload is one
 decrease. The level where overload struck (the *ceiling*) is remembered: the window grows back
@@ -101,12 +106,15 @@ class _Window:
     def free(self) -> bool:
         return self.held < max(1, int(self.size))
 
-    async def acquire(self, timeout: float | None) -> None:
+    async def acquire(self, timeout: float | None, first: bool = False) -> None:
         if self.free() and not self.waiters:
             self.held += 1
             return
         waiter = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
+        if first:
+            self.waiters.appendleft(waiter)
+        else:
+            self.waiters.append(waiter)
         try:
             async with asyncio.timeout(timeout):
                 await waiter
@@ -213,6 +221,9 @@ class HostLimiter:
         self.cap = cap
         self._requests = _Window(initial, cap)
         self._connections = _Window(connections, cap)
+        #: requests sent and not yet answered (readers that see requests go on the wire count
+        #: them): what the server has in hand, the level an overload is measured at
+        self.on_wire = 0
         #: whether the host keeps connections alive (None: not seen yet)
         self.keeps_alive: bool | None = None
         #: latencies of answers on reused connections, and on new ones (which include the
@@ -252,16 +263,17 @@ class HostLimiter:
     def opening(self) -> int:
         return self._connections.held
 
-    async def acquire(self, timeout: float | None = None) -> None:
+    async def acquire(self, timeout: float | None = None, first: bool = False) -> None:
         """Wait for a request slot (at most ``timeout`` seconds, else asyncio.TimeoutError, also
-        when a ``Retry-After`` pause lasts longer); :meth:`release` it when the request is done."""
+        when a ``Retry-After`` pause lasts longer), ahead of the other waiters when ``first`` (a
+        retry); :meth:`release` it when the request is done."""
         wait = self._paused_until - time.monotonic()
         if wait > 0:
             if timeout is not None and wait >= timeout:
                 raise asyncio.TimeoutError(f"the server asked to wait {wait:.1f} s more, past the deadline")
             await asyncio.sleep(wait)
             timeout = None if timeout is None else timeout - wait
-        await self._requests.acquire(timeout)
+        await self._requests.acquire(timeout, first)
 
     def release(self) -> None:
         self._requests.release()

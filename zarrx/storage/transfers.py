@@ -85,6 +85,9 @@ class Attempt:
     slow_connects: int = 0
     #: requests in flight to the host when this one was sent (itself included)
     in_flight: int = 0
+    #: requests the server had when this one was answered or failed, itself included (the reader
+    #: sets it where it sees requests go on the wire; None: not known)
+    level: int | None = None
     #: seconds to the first byte, connection set-up excluded (the reader sets it)
     latency: float | None = None
     #: whether the answer came on a new connection (the reader sets it)
@@ -324,7 +327,8 @@ class Transfers:
         while True:
             attempt = Attempt(limiter, deadline, slow_connects)
             try:
-                await limiter.acquire(attempt.remaining())
+                # a retry takes the next free slot before requests not yet sent: it is older
+                await limiter.acquire(attempt.remaining(), first=failures > 0)
             except asyncio.TimeoutError:
                 raise DeadlineExceeded(self._deadline_text(*which) + " (waiting for the server to take requests)") from None
             attempt.in_flight = limiter.in_flight
@@ -333,11 +337,17 @@ class Transfers:
                     value = await send(attempt)
             except Exception as error:  # noqa: BLE001 (classified below)
                 failure = error
-                # the requests in flight with this one: the level where the server gave up
-                level = max(attempt.in_flight, limiter.in_flight)
+                # the requests the server had when it gave up: as the reader saw them on the wire,
+                # else those in flight with this one (some perhaps still waiting for a connection)
+                level = attempt.level if attempt.level is not None else max(attempt.in_flight, limiter.in_flight)
                 if isinstance(error, asyncio.TimeoutError) and time.monotonic() >= deadline - 0.001:
                     limiter.overloaded("timeout", level)
                     raise DeadlineExceeded(self._deadline_text(*which)) from None
+                transient, overload = classify(error)
+                if overload is not None:
+                    # before this request's slot is released: the slot must not go to a waiter
+                    # at the size the window had before the server showed overload
+                    limiter.overloaded(overload, level)
             else:
                 limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0, attempt.fresh)
                 return value
@@ -346,20 +356,22 @@ class Transfers:
             if isinstance(failure, SlowConnect) and slow_connects < MAX_SLOW_CONNECTS:
                 slow_connects += 1  # started afresh at once: a new connection attempt, not a retry
                 continue
-            transient, overload = classify(failure)
-            if overload is not None:
-                limiter.overloaded(overload, level)
             if not transient or failures >= retries:
                 raise failure
             failures += 1
             retry_after = failure.retry_after_seconds() if isinstance(failure, ServerAnswer) else None
-            # the server's Retry-After (its whole host pauses), else a jittered backoff
-            wait = retry_after + random.uniform(0, RETRY_AFTER_JITTER) if retry_after is not None else backoff(failures)
+            # the server's Retry-After (its whole host pauses; 0: again at once, in the next free
+            # slot, which the shrunk window paces), else a jittered backoff
+            if retry_after is None:
+                wait = backoff(failures)
+            else:
+                wait = retry_after + random.uniform(0, RETRY_AFTER_JITTER) if retry_after > 0 else 0.0
             if retry_after:
                 limiter.pause(retry_after)
-            if time.monotonic() + wait >= deadline:
+            if wait and time.monotonic() + wait >= deadline:
                 raise DeadlineExceeded(
                     self._deadline_text(*which) + f" (the last attempt failed: {type(failure).__name__}: {failure}; "
                     f"the next would have come after {wait:.1f} s)"
                 ) from failure
-            await asyncio.sleep(wait)
+            if wait:
+                await asyncio.sleep(wait)
