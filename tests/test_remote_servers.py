@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from collections import Counter
 
 import numpy as np
@@ -170,6 +171,43 @@ def test_cached_urls_read_missing_chunks_as_the_fill_value(folder, chain, tmp_pa
         np.testing.assert_array_equal(
             zarrx.open_array(f"{chain}::{server.url}/many.zarr", storage_options=options)[:8], EXPECTED[:8]
         )
+
+
+class HalfThenPause:
+    """Send the first half of a file, pause, then the rest (a download still streaming when
+    another key of its batch turns out to be missing)."""
+
+    def __init__(self, paths: str, pause: float = 0.5) -> None:
+        self.paths, self.pause = paths, pause
+
+    def __call__(self, handler, method):
+        if method != "GET" or not handler.path.endswith(self.paths):
+            return False
+        body = Path(handler.translate_path(handler.path)).read_bytes()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[: len(body) // 2])
+        handler.wfile.flush()
+        handler.server.stopping.wait(self.pause)
+        handler.wfile.write(body[len(body) // 2 :])
+        return True
+
+
+@pytest.mark.parametrize("chain", ["simplecache", "filecache"])
+def test_a_cached_download_cut_short_by_a_missing_key_is_not_kept(tmp_path, chain):
+    # c/0 is still streaming when c/2's 404 ends the cache's batch download: the half file
+    # must not become c/0's cached copy (it read as a corrupt chunk, 2 runs in 12)
+    values = np.arange(64, dtype="i4")
+    array = zarrx.create_array(tmp_path / "data" / "a.zarr", shape=(192,), chunks=(64,), dtype="i4",
+                               fill_value=-1, compressors=None)  # fmt: skip
+    array[:64] = values  # c/1 and c/2 missing
+    with serve(tmp_path / "data", behaviour=HalfThenPause("/a.zarr/c/0")) as server:
+        url = f"{chain}::{server.url}/a.zarr"
+        options = {"cache_storage": str(tmp_path / "cache")}
+        expected = np.concatenate([values, np.full(128, -1, "i4")])
+        for _ in range(2):  # the second read comes from the cache
+            np.testing.assert_array_equal(zarrx.open_array(url, storage_options=options)[:], expected)
 
 
 @pytest.mark.parametrize("chain", ["simplecache", "filecache", "blockcache"])

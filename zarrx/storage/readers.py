@@ -23,6 +23,9 @@ Synchronous file systems (fsspec's caches, zip, sftp, memory) are read by :func:
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import time
 from typing import Any, Callable, Sequence
 
@@ -181,9 +184,11 @@ def read_synchronously(fs: Any, reads: Sequence[ObjectRead], options: Any) -> li
     FileNotFoundError (``filecache`` asks ``exists``, which says False for a server answering
     500): the file system they cache is asked, in one batch, which of those keys truly are missing.
     """
+    fresh = _fresh_cache_files(fs, reads)
     try:
         outcomes = _cat_ranges(fs, reads)
     except Exception:  # noqa: BLE001 (read again one by one: each outcome for its own key)
+        _discard(fresh)
         outcomes = [_read_one(fs, read) for read in reads]
     target = getattr(fs, "fs", None) if isinstance(fs, CachingFileSystem) else None
     missing = [position for position, outcome in enumerate(outcomes) if isinstance(outcome, MISSING)]
@@ -200,6 +205,30 @@ def read_synchronously(fs: Any, reads: Sequence[ObjectRead], options: Any) -> li
     for position, outcome in zip(missing, confirmed, strict=True):
         outcomes[position] = outcome
     return outcomes
+
+
+def _fresh_cache_files(fs: Any, reads: Sequence[ObjectRead]) -> list[str]:
+    """The files a whole-file cache (``simplecache``, ``filecache``) would download ``reads`` into.
+
+    Its ``cat_ranges`` downloads them all with one ``get``; when a missing key ends that call,
+    a download still streaming is cut short and its file stays, and a cache reads a file it
+    finds as the whole object (a truncated chunk). fsspec names them only through
+    ``_local_paths_for_ranges`` (the method its ``cat_ranges`` asks): [] where it has none.
+    """
+    local_paths = getattr(fs, "_local_paths_for_ranges", None)
+    if local_paths is None:
+        return []
+    try:
+        return list(local_paths([read.path for read in reads])[2])
+    except Exception:  # noqa: BLE001 (a cache that cannot say: nothing to discard)
+        return []
+
+
+def _discard(paths: Sequence[str]) -> None:
+    """Remove the cache files a failed batch may have left cut short (they were not cached before it)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _cat_ranges(fs: Any, reads: Sequence[ObjectRead]) -> list[Any]:
