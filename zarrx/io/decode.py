@@ -18,7 +18,7 @@ import numpy as np
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
-from zarrx.concurrency import map_concurrent, scratch_array
+from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size, scratch_array
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
@@ -26,6 +26,9 @@ from zarrx.io.selection import ChunkProjection
 __all__ = ["ChunkDecoder", "MIN_THREADED_CHUNK_BYTES", "caller_can_work", "worth_threads", "decode_stored"]
 
 T = TypeVar("T")
+#: a chunk to put in place: its bytes (None: the fill value), key, where it goes, what part of it
+#: goes there (None: all of it, the output piece's own shape) and its coordinates
+Item = tuple[Any, str, tuple[Any, ...], "tuple[Any, ...] | None", tuple[int, ...]]
 
 #: chunks smaller than this decode faster on one thread: per-chunk Python work holds
 #: the GIL longer than the codec releases it (measured: 2.5 KiB float32 zstd chunks,
@@ -116,30 +119,46 @@ class ChunkDecoder:
             out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
 
     def put_rows(self, rows: Iterable[ChunkRow], read: Callable[[str], Any]) -> None:
-        """Read each row's chunk with ``read``, decode it and put it in place, on this thread:
-        the small-chunk loop, with this thread's scratch buffer and the pipeline's one direct
-        codec (when it has one) called without a pipeline step per chunk."""
-        spec, out, fill_value, put = self.spec, self.out, self.fill_value, self.put
+        """Read each row's chunk with ``read``, decode it and put it in place (see :meth:`put_many`)."""
+        self.put_many((read(key), key, out_selection, chunk_selection, coords)
+                      for key, coords, out_selection, chunk_selection in rows)  # fmt: skip
+
+    def item(self, raw: Any, projection: ChunkProjection, key: str) -> Item:
+        """What :meth:`put_many` takes for ``raw`` at ``projection`` (as :meth:`place` puts it)."""
+        coords = projection.chunk_coords
+        spec = self.spec if self.spec_of is None else self.spec_of(coords)
+        whole = projection.is_complete_chunk and self._fills_exactly(projection.out_selection, spec)
+        return raw, key, projection.out_selection, None if whole else projection.chunk_selection, coords
+
+    def put_many(self, items: Iterable[Item]) -> None:
+        """:meth:`put` each ``(raw, key, out_selection, chunk_selection, coords)`` on this thread:
+        the loop of small-chunk and shard reads, with this thread's scratch buffer and the
+        pipeline's one direct codec (when it has one) called without a pipeline step per chunk."""
+        spec, out, fill_value, put, inner = self.spec, self.out, self.fill_value, self.put, self.inner
         direct = None if self.spec_of is not None else self.pipeline.direct_codec(spec)
         if direct is not None:
             scratch = scratch_array(spec.shape, spec.dtype)
             scratch_bytes = scratch.reshape(-1).view(np.uint8)
-        for key, coords, out_selection, chunk_selection in rows:
-            raw = read(key)
+        for raw, key, out_selection, chunk_selection, coords in items:
             if raw is None:
                 out[out_selection] = fill_value
             elif direct is None or (chunk_selection is None and self.direct_out):
-                put(raw, key, out_selection, chunk_selection, spec, coords)
+                put(raw, key, out_selection, chunk_selection, self.spec if self.spec_of is None else self.spec_of(coords), coords)
             else:
                 try:
                     direct.decode_into(raw, scratch_bytes)
                 except Exception as error:
-                    raise decode_failure(key, direct, error) from error
+                    raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
                 out[out_selection] = scratch if chunk_selection is None else scratch[chunk_selection]
 
-    def place_job(self, job: tuple[Any, ChunkProjection, str]) -> None:
-        raw, projection, key = job
-        self.place(projection, key, raw)
+    def run_items(self, items: list[Item]) -> None:
+        """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here."""
+        if not self.threaded:
+            self.put_many(items)
+            return
+        size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
+        map_concurrent(self.put_many, [items[start : start + size] for start in range(0, len(items), size)],
+                       caller_works=caller_can_work(self.pipeline))  # fmt: skip
 
 
 def _contiguous_piece(chunk_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

@@ -314,7 +314,7 @@ def _read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
     for batch in batches(handle, list(plan_objects(handle, projections)), out.nbytes):
         jobs = _read_shard_batch(handle, batch, fetcher)
         if not fetcher.dry:
-            decoder.run(decoder.place_job, jobs)
+            decoder.run_items([decoder.item(raw, projection, key) for raw, projection, key in jobs])
 
 
 def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fetcher) -> list[_Job]:
