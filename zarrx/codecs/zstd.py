@@ -1,12 +1,20 @@
 """The ``zstd`` codec (zarr-extensions codecs/zstd): Zstandard frames (RFC 8878).
 
+The library is ``zstandard`` (python-zstandard, libzstd), with a decompression context per
+thread and a compression context per thread and (level, checksum), made once and reused
+(:class:`~zarrx.codecs.contexts.ThreadContexts`): numcodecs makes and frees one on every
+call, which costs more than decoding a chunk of a few KiB (see docs/performance.md,
+"Codec back-ends"). The frames written are standard single frames recording their content
+size (and a checksum when ``checksum`` is set); numcodecs, zarr-python, tensorstore and
+zarrs read them, and zarrx reads theirs.
+
 Decoding is bounded. The frame header is read first (RFC 8878 section 3.1.1.1):
 a declared content size that differs from the expected size, or exceeds
-``max_size``, is refused before any decompression. numcodecs then decompresses
-into a buffer of exactly that size and fails if the frame does not fit. A frame
-that does not declare its size is only decoded when the expected size is known
-(numcodecs requires the output to fill the buffer exactly); otherwise it is
-refused, since numcodecs offers no bounded streaming decoder.
+``max_size``, is refused before any decompression; the frame is then decompressed into
+exactly that many bytes and must fill them. A frame that does not declare its size is only
+decoded when the expected size is known, into a buffer of that size that it must fill
+exactly (libzstd stops at the end of the buffer); otherwise it is refused. One frame per
+chunk: a truncated frame, a missing checksum or bytes after the frame are errors.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
-from numcodecs import zstd as numcodecs_zstd
+import zstandard
 
 from zarrx.codecs.base import (
     Buffer,
@@ -26,6 +34,7 @@ from zarrx.codecs.base import (
     raise_unexpected,
     require_member,
 )
+from zarrx.codecs.contexts import ThreadContexts
 from zarrx.codecs.registry import register_codec
 from zarrx.errors import ChunkDecodeError
 
@@ -36,6 +45,13 @@ _FCS_FIELD_SIZES = (0, 2, 4, 8)  # by Frame_Content_Size_Flag; 0 means 1 when Si
 _DICT_ID_SIZES = (0, 1, 2, 4)
 #: magic (4) + descriptor (1) + window (1) + dictionary id (<= 4) + content size (<= 8)
 _MAX_HEADER_SIZE = 18
+
+#: a decompressor per thread (``ZstdDecompressor`` is not thread safe; its DCtx is reused)
+_DECOMPRESSORS: ThreadContexts[zstandard.ZstdDecompressor] = ThreadContexts(lambda key: zstandard.ZstdDecompressor())
+#: a compressor per thread and (level, checksum); frames always record the content size
+_COMPRESSORS: ThreadContexts[zstandard.ZstdCompressor] = ThreadContexts(
+    lambda key: zstandard.ZstdCompressor(level=key[0], write_checksum=key[1], write_content_size=True)
+)
 
 
 @register_codec
@@ -69,7 +85,7 @@ class ZstdCodec(BytesBytesCodec):
         return {"level": self.level, "checksum": True} if self.checksum else {"level": self.level}
 
     def encode(self, data: Buffer) -> Buffer:
-        return numcodecs_zstd.compress(as_uint8(data), self.level, self.checksum)
+        return _COMPRESSORS.get((self.level, self.checksum)).compress(as_uint8(data))
 
     decodes_into = True
 
@@ -90,14 +106,13 @@ class ZstdCodec(BytesBytesCodec):
                 "refusing an unbounded decompression (rewrite the data with a zstd that records the content size)"
             )
         output = np.empty(output_size, dtype=np.uint8)
-        if content_size != 0:  # numcodecs fails on empty frames; a frame declaring 0 bytes holds nothing
+        if content_size != 0:  # a frame declaring 0 bytes holds nothing
             _decompress(source, output)
         return output
 
     def decode_into(self, data: Buffer, out: np.ndarray) -> None:
         source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
-        # numcodecs accepts a larger buffer than the frame fills: the declared size must match
         if content_size is not None and content_size != out.nbytes:
             raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
         if content_size != 0:
@@ -105,10 +120,18 @@ class ZstdCodec(BytesBytesCodec):
 
 
 def _decompress(source: Buffer, output: np.ndarray) -> None:
+    """Decode the one frame of ``source`` into ``output``, which it must fill exactly."""
     try:
-        numcodecs_zstd.decompress(source, output)
-    except (RuntimeError, ValueError) as error:
+        # at most output.nbytes bytes are made (a frame without a size gets a buffer of that
+        # many; 0 would mean "no limit", hence 1); a longer frame fails ("did not decompress
+        # full frame"), and so do a truncated frame and bytes after it
+        decoded = _DECOMPRESSORS.get().decompress(source, max_output_size=output.nbytes or 1, allow_extra_data=False)
+    except zstandard.ZstdError as error:
         raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+    if len(decoded) != output.nbytes:
+        raise ChunkDecodeError(f"the frame decodes to {len(decoded)} bytes, expected {output.nbytes}")
+    # one copy: zstandard decodes only into buffers of its own (measured in docs/performance.md)
+    memoryview(output)[:] = decoded
 
 
 def frame_content_size(data: Buffer) -> int | None:
