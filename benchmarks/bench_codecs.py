@@ -152,6 +152,11 @@ def _crc32c_package() -> Call:
     return lambda data, out: crc32c.crc32c(data)
 
 
+def _payload(checksum: Call) -> Call:
+    """The checksum of a stored chunk's payload (a view: all but the last 4 bytes)."""
+    return lambda data, out: checksum(np.frombuffer(data, np.uint8)[:-4], out)
+
+
 def _codec_decoder(codec: Any) -> Backend:
     def build() -> Call:
         if codec.decodes_into:
@@ -224,8 +229,8 @@ BACKENDS: dict[tuple[str, str], dict[str, tuple[Backend, str]]] = {
         "zarrx BloscCodec.encode": (_codec_encoder(_blosc), "zarrx"),
     },
     ("crc32c", "decode"): {
-        "google_crc32c.value": (lambda: lambda data, out: _google_crc32c()(data[:-4], out), "google_crc32c"),
-        "crc32c.crc32c": (lambda: lambda data, out: _crc32c_package()(data[:-4], out), "crc32c"),
+        "google_crc32c.value": (lambda: _payload(_google_crc32c()), "google_crc32c"),
+        "crc32c.crc32c": (lambda: _payload(_crc32c_package()), "crc32c"),
         "zarrx Crc32cCodec.decode": (_codec_decoder(_crc32c), "zarrx"),
     },
     ("crc32c", "encode"): {
@@ -274,14 +279,24 @@ def run_threads(backend: Backend, inputs: list[Any], size: int, threads: int, ca
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def measure(backend: Backend, inputs: list[Any], size: int, threads: int, seconds: float, repeats: int) -> float:
-    """Median microseconds per call (wall time / calls) of ``repeats`` runs of about ``seconds``."""
+def calls_for(backend: Backend, inputs: list[Any], size: int, threads: int, seconds: float) -> int:
+    """How many calls take about ``seconds`` on one thread (a multiple of ``threads``)."""
     calls = max(2, len(inputs))
     while (elapsed := run_threads(backend, inputs, size, 1, calls)) < seconds / 10:
         calls *= 4
-    calls = max(threads * 2, int(seconds / (elapsed / calls)) // threads * threads)
-    runs = [run_threads(backend, inputs, size, threads, calls) / calls * 1e6 for _ in range(repeats)]
-    return statistics.median(runs)
+    return max(threads * 2, int(seconds / (elapsed / calls)) // threads * threads)
+
+
+def measure(backends: dict[str, Backend], inputs: list[Any], size: int, threads: int, seconds: float,
+            repeats: int) -> dict[str, float]:  # fmt: skip
+    """Median microseconds per call (wall time / calls) of each back-end, the back-ends' runs
+    interleaved (a, b, c, a, b, c...) so that all of them see the same load of a shared machine."""
+    calls = {name: calls_for(backend, inputs, size, threads, seconds) for name, backend in backends.items()}
+    runs: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(repeats):
+        for name, backend in backends.items():
+            runs[name].append(run_threads(backend, inputs, size, threads, calls[name]) / calls[name] * 1e6)
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,16 +327,15 @@ def main(argv: list[str] | None = None) -> int:
         if codec not in codecs:
             continue
         cells: dict[str, list[str]] = {name: [] for name in backends}
+        available = {name: backend for name, (backend, module) in backends.items()
+                     if module in ("zarrx", "zlib") or _optional(module)}  # fmt: skip
         for size in sizes.values():
             decoded = [chunk_data(size, seed) for seed in range(8 if size < 1 << 16 else 2)]
             inputs = [ENCODERS[codec](data) for data in decoded] if operation == "decode" else decoded
-            for name, (backend, module) in backends.items():
-                available = module in ("zarrx", "zlib") or _optional(module)
-                for threads in (1, 2):
-                    if not available:
-                        cells[name].append("not installed")
-                        continue
-                    cells[name].append(f"{measure(backend, inputs, size, threads, args.seconds, args.repeats):.1f}")
+            for threads in (1, 2):
+                medians = measure(available, inputs, size, threads, args.seconds, args.repeats)
+                for name in backends:
+                    cells[name].append(f"{medians[name]:.1f}" if name in medians else "not installed")
         for name, values in cells.items():
             line = f"| {codec} | {operation} | {name} | " + " | ".join(values) + " |"
             lines.append(line)

@@ -8,8 +8,12 @@ contexts must be right with many threads at once and in forked processes.
 
 from __future__ import annotations
 
+import gzip
+import io
+import json
 import multiprocessing
 import threading
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,14 +25,14 @@ import tensorstore as ts
 import zarr
 
 import zarrx
-from zarrx.codecs import ZstdCodec
+from zarrx.codecs import GzipCodec, ZstdCodec, codec_from_json
 from zarrx.codecs.contexts import ThreadContexts
 from zarrx.codecs.zstd import frame_content_size
 from zarrx.errors import ChunkDecodeError
 
-KiB, MiB = 1024, 1024 * 1024
+from .zarrs_peer import zarrs_read, zarrs_write
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # zarrs: "not part of the Zarr spec"
+KiB, MiB = 1024, 1024 * 1024
 
 
 def field(size: int, seed: int = 0) -> np.ndarray:
@@ -120,9 +124,23 @@ def values() -> np.ndarray:
     return field(SHAPE[0] * SHAPE[1] * 4, seed=7).view("float32").reshape(SHAPE)
 
 
+def _zarrs_metadata(codec: ZstdCodec) -> dict:
+    """The array's metadata with ``checksum`` written out: zarrs refuses zstd without it."""
+    return {
+        "shape": list(SHAPE), "data_type": "float32", "fill_value": 0.0,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(CHUNKS)}},
+        "chunk_key_encoding": {"name": "default"},
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "zstd", "configuration": {"level": codec.level, "checksum": codec.checksum}}],
+    }  # fmt: skip
+
+
 def read_with_zarrs(path: Path) -> np.ndarray:
-    with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
-        return zarr.open_array(str(path))[...]
+    """The array as zarrs' Rust core reads it (tests/zarrs_peer.py), zarrx's frames as they are."""
+    document = json.loads((path / "zarr.json").read_text())
+    codec = ZstdCodec.from_json(document["codecs"][-1]["configuration"])
+    (path / "zarr.json").write_text(json.dumps({**document, **_zarrs_metadata(codec)}))
+    return zarrs_read(path, 4).view("<f4")
 
 
 PEER_READERS = {
@@ -153,8 +171,7 @@ def _write_with_zarr_python(path: Path, codec: ZstdCodec, data: np.ndarray) -> N
 
 
 def _write_with_zarrs(path: Path, codec: ZstdCodec, data: np.ndarray) -> None:
-    with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
-        _write_with_zarr_python(path, codec, data)
+    zarrs_write(path, _zarrs_metadata(codec), data)
 
 
 def _write_with_tensorstore(path: Path, codec: ZstdCodec, data: np.ndarray) -> None:
@@ -277,3 +294,41 @@ def test_contexts_are_forgotten_in_a_forked_child() -> None:
     with multiprocessing.get_context("fork").Pool(1) as processes:
         assert processes.apply(_contexts_in_child) == (False, True)
     assert FORK_CONTEXTS.get() is parent  # the parent keeps its own
+
+
+# -- gzip: decoded with ISA-L, written with zlib -----------------------------------------------------
+
+
+@pytest.mark.parametrize("level", range(10))
+@pytest.mark.parametrize("size", [0, 2400, 300 * KiB])
+def test_gzip_writes_zlib_bytes_and_reads_every_writer(level, size) -> None:
+    data = field(size, seed=level)
+    codec = GzipCodec(level=level)
+    assert codec.encode(data) == zlib.compress(data, level, wbits=31)  # the bytes of today and of zarr-python
+    named = io.BytesIO()
+    with gzip.GzipFile("chunk.bin", "wb", level, named, mtime=1) as file:  # FNAME in the header
+        file.write(data.tobytes())
+    streams = {
+        "numcodecs": bytes(numcodecs.GZip(level=level).encode(data)),
+        "gzip module, file name": named.getvalue(),
+        "zlib header": zlib.compress(data, level),
+        "members": gzip.compress(data[: size // 3]) + gzip.compress(data[size // 3 :], level),
+    }
+    for name, stream in streams.items():
+        assert bytes(codec.decode(stream, size, size)) == data.tobytes(), name
+        assert bytes(codec.decode(stream, None, size)) == data.tobytes(), name
+
+
+def test_v2_zlib_compressor_reads_with_isal(tmp_path) -> None:
+    data = values()
+    zarr.create_array(str(tmp_path / "v2"), shape=SHAPE, chunks=CHUNKS, dtype="float32", zarr_format=2,
+                      compressors=numcodecs.Zlib(level=4))[...] = data  # fmt: skip
+    np.testing.assert_array_equal(zarrx.open_array(str(tmp_path / "v2"))[...], data)
+    stream = (tmp_path / "v2" / "0.0").read_bytes()
+    codec = codec_from_json({"name": "numcodecs.zlib", "configuration": {"level": 4}}, "codecs")
+    decoded = codec.decode(stream, 120000, 120000)
+    assert bytes(decoded) == data[:30].tobytes()
+    with pytest.raises(ChunkDecodeError, match="larger than the expected"):
+        codec.decode(stream, 1000, 1000)
+    with pytest.raises(ChunkDecodeError, match="corrupt zlib"):
+        codec.decode(stream[:8] + bytes(8) + stream[16:], 120000, 120000)
