@@ -27,7 +27,8 @@ import zarr
 import zarrx
 from zarrx.codecs import GzipCodec, ZstdCodec, codec_from_json
 from zarrx.codecs.contexts import ThreadContexts
-from zarrx.codecs.zstd import frame_content_size
+from zarrx.codecs import zstd as zstd_module
+from zarrx.codecs.zstd import IN_PLACE_FROM, frame_content_size
 from zarrx.errors import ChunkDecodeError
 
 from .zarrs_peer import zarrs_read, zarrs_write
@@ -91,13 +92,34 @@ def test_checksum_is_checked() -> None:
     ],
     ids=["truncated-checksum", "truncated", "trailing-byte", "two-frames"],
 )
-def test_one_whole_frame(mangle, message) -> None:
-    data = field(4000)
+@pytest.mark.parametrize("size", [4000, IN_PLACE_FROM, MiB + 3])  # decoded and copied / decoded in place
+def test_one_whole_frame(mangle, message, size) -> None:
+    data = field(size)
     frame = mangle(bytes(ZstdCodec(level=3, checksum=True).encode(data)))
     with pytest.raises(ChunkDecodeError, match=message):
-        ZstdCodec().decode(frame, 4000, 4000)
+        ZstdCodec().decode(frame, size, size)
     with pytest.raises(ChunkDecodeError, match=message):
-        ZstdCodec().decode_into(frame, np.empty(4000, dtype=np.uint8))
+        ZstdCodec().decode_into(frame, np.empty(size, dtype=np.uint8))
+    with pytest.raises(ChunkDecodeError, match=message):  # the frame in a NumPy buffer, as the stores give it
+        ZstdCodec().decode_into(np.frombuffer(frame, np.uint8), np.empty(size, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("size", [IN_PLACE_FROM - 1, IN_PLACE_FROM, 3 * MiB])
+@pytest.mark.parametrize("checksum", [False, True])
+def test_corrupt_blocks_are_found_in_both_paths(size, checksum) -> None:
+    data = field(size, seed=3)
+    frame = bytes(ZstdCodec(level=1, checksum=checksum).encode(data))
+    out = np.empty(size, dtype=np.uint8)
+    ZstdCodec().decode_into(np.frombuffer(frame, np.uint8), out)
+    assert out.tobytes() == data.tobytes()
+    reserved = bytearray(frame)
+    reserved[zstd_module._frame_header(frame)[0]] |= 0b110  # the first block's type: 3, reserved
+    noise = bytearray(frame)
+    noise[len(frame) // 2 : len(frame) // 2 + 64] = bytes(range(64))
+    # without a checksum, noise may decode to other values: only the checksum finds it for sure
+    for broken in (reserved, noise) if checksum else (reserved,):
+        with pytest.raises(ChunkDecodeError, match="corrupt zstd data|decodes to"):
+            ZstdCodec().decode_into(bytes(broken), out)
 
 
 def test_frame_without_size_fills_exactly_the_expected_size() -> None:
