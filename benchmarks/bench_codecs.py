@@ -11,10 +11,14 @@ libraries that could do the work, on the same frames, in the same process:
   building its own per-thread state (contexts) before the clock starts; the figure is the
   wall time divided by the number of calls, so a library that releases the GIL halves it
   on 2 threads;
-* **median** of ``--repeats`` timed runs, each ``--seconds`` long (calls counted beforehand).
+* **median** of ``--repeats`` timed runs, each ``--seconds`` long (calls counted beforehand),
+  the back-ends of a cell interleaved run by run; before each cell the script waits (up to
+  ``--wait-idle`` seconds) until other processes leave the CPUs idle, and says when they did not.
 
 Rows marked ``zarrx`` go through zarrx's own codec (its checks and its chosen back-end);
-the others call a library directly. ``--smoke`` runs everything tiny, for CI.
+the others call a library directly. The script imports the zarrx of its own checkout, so
+the same script copied into an older checkout gives that version's ``zarrx`` rows (the
+"before" of a change). ``--smoke`` runs everything tiny, for CI.
 
 Usage::
 
@@ -26,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import threading
@@ -177,11 +182,7 @@ def _codec_encoder(codec: Any) -> Backend:
 
 
 def _optional(name: str) -> bool:
-    try:
-        __import__(name)
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec(name) is not None
 
 
 _zstd = ZstdCodec(level=ZSTD_LEVEL)
