@@ -1,34 +1,28 @@
 """The ``crc32c`` codec (v3 codecs/crc32c): append a CRC32C checksum (RFC 3720).
 
-The encoding is the input followed by its checksum as a u32le. Decoding checks
-the checksum and returns a view of the payload (no copy). The checksum comes
-from ``google_crc32c`` (hardware accelerated), which ``numcodecs[crc32c]``
-installs, or else the ``crc32c`` package.
+The encoding is the input followed by its checksum as a u32le (one copy). Decoding
+checks the checksum and returns a view of the payload (no copy). The checksum comes
+from the ``crc32c`` package (hardware accelerated, SSE 4.2 / ARMv8), which
+``numcodecs[crc32c]`` installs, so it is the same in every install: as fast as
+``google_crc32c`` on one thread, and it releases the GIL on large buffers (twice as fast
+on two threads at 1 MiB; docs/performance.md, "Codec back-ends").
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
-import numpy as np
+from crc32c import crc32c
 
 from zarrx.codecs.base import Buffer, BytesBytesCodec, as_uint8
 from zarrx.codecs.registry import register_codec
 from zarrx.errors import ChunkDecodeError
 
-try:
-    import google_crc32c
-
-    def crc32c(data: np.ndarray) -> int:
-        # google_crc32c takes bytes or an ndarray, but not a memoryview or bytearray
-        return google_crc32c.value(data)
-
-except ImportError:  # pragma: no cover - depends on the environment
-    from crc32c import crc32c
-
 __all__ = ["Crc32cCodec"]
 
 _CHECKSUM_SIZE = 4
+_CHECKSUM = struct.Struct("<I")
 
 
 @register_codec
@@ -49,7 +43,7 @@ class Crc32cCodec(BytesBytesCodec):
 
     def encode(self, data: Buffer) -> Buffer:
         payload = as_uint8(data)
-        return payload.tobytes() + crc32c(payload).to_bytes(_CHECKSUM_SIZE, "little")
+        return b"".join((payload, _CHECKSUM.pack(crc32c(payload))))
 
     def decode(self, data: Buffer, expected_size: int | None, max_size: int) -> Buffer:
         source = as_uint8(data)
@@ -62,7 +56,7 @@ class Crc32cCodec(BytesBytesCodec):
         if payload_size > max_size:
             raise ChunkDecodeError(f"{payload_size} bytes is over the limit of {max_size}")
         payload = source[:payload_size]
-        stored = int.from_bytes(source[payload_size:].tobytes(), "little")
+        (stored,) = _CHECKSUM.unpack_from(source, payload_size)
         computed = crc32c(payload)
         if stored != computed:
             raise ChunkDecodeError(f"checksum mismatch: stored CRC32C {stored:#010x}, computed {computed:#010x}")

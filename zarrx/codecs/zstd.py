@@ -1,12 +1,26 @@
 """The ``zstd`` codec (zarr-extensions codecs/zstd): Zstandard frames (RFC 8878).
 
+The library is ``zstandard`` (python-zstandard, libzstd), with a decompression context per
+thread and a compression context per thread and (level, checksum), made once and reused
+(:class:`~zarrx.codecs.contexts.ThreadContexts`): numcodecs makes and frees one on every
+call, which costs more than decoding a chunk of a few KiB (see docs/performance.md,
+"Codec back-ends"). The frames written are standard single frames recording their content
+size (and a checksum when ``checksum`` is set); numcodecs, zarr-python, tensorstore and
+zarrs read them, and zarrx reads theirs.
+
 Decoding is bounded. The frame header is read first (RFC 8878 section 3.1.1.1):
 a declared content size that differs from the expected size, or exceeds
-``max_size``, is refused before any decompression. numcodecs then decompresses
-into a buffer of exactly that size and fails if the frame does not fit. A frame
-that does not declare its size is only decoded when the expected size is known
-(numcodecs requires the output to fill the buffer exactly); otherwise it is
-refused, since numcodecs offers no bounded streaming decoder.
+``max_size``, is refused before any decompression; the frame is then decompressed into
+exactly that many bytes and must fill them. A frame that does not declare its size is only
+decoded when the expected size is known, into a buffer of that size that it must fill
+exactly (libzstd stops at the end of the buffer); otherwise it is refused. One frame per
+chunk: a truncated frame, a missing checksum or bytes after the frame are errors.
+
+Chunks of 64 KiB and more are decoded in place (``stream_reader.readinto`` with the whole
+frame as input: libzstd's one-shot path, checksum included), after the block headers are
+walked to check that the input is exactly one whole frame -- the reader alone does not tell
+a truncated frame from a finished one. Smaller chunks are decoded by ``decompress`` and
+copied: the walk costs more than the copy there.
 """
 
 from __future__ import annotations
@@ -15,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
-from numcodecs import zstd as numcodecs_zstd
+import zstandard
 
 from zarrx.codecs.base import (
     Buffer,
@@ -26,6 +40,7 @@ from zarrx.codecs.base import (
     raise_unexpected,
     require_member,
 )
+from zarrx.codecs.contexts import ThreadContexts
 from zarrx.codecs.registry import register_codec
 from zarrx.errors import ChunkDecodeError
 
@@ -36,6 +51,16 @@ _FCS_FIELD_SIZES = (0, 2, 4, 8)  # by Frame_Content_Size_Flag; 0 means 1 when Si
 _DICT_ID_SIZES = (0, 1, 2, 4)
 #: magic (4) + descriptor (1) + window (1) + dictionary id (<= 4) + content size (<= 8)
 _MAX_HEADER_SIZE = 18
+_BLOCK_HEADER_SIZE, _CHECKSUM_SIZE, _RLE_BLOCK, _RESERVED_BLOCK = 3, 4, 1, 3
+#: decoded sizes from which a frame is decoded in place rather than decoded and copied
+IN_PLACE_FROM = 64 * 1024
+
+#: a decompressor per thread (``ZstdDecompressor`` is not thread safe; its DCtx is reused)
+_DECOMPRESSORS: ThreadContexts[zstandard.ZstdDecompressor] = ThreadContexts(lambda key: zstandard.ZstdDecompressor())
+#: a compressor per thread and (level, checksum); frames always record the content size
+_COMPRESSORS: ThreadContexts[zstandard.ZstdCompressor] = ThreadContexts(
+    lambda key: zstandard.ZstdCompressor(level=key[0], write_checksum=key[1], write_content_size=True)
+)
 
 
 @register_codec
@@ -69,7 +94,7 @@ class ZstdCodec(BytesBytesCodec):
         return {"level": self.level, "checksum": True} if self.checksum else {"level": self.level}
 
     def encode(self, data: Buffer) -> Buffer:
-        return numcodecs_zstd.compress(as_uint8(data), self.level, self.checksum)
+        return _COMPRESSORS.get((self.level, self.checksum)).compress(as_uint8(data))
 
     decodes_into = True
 
@@ -90,32 +115,81 @@ class ZstdCodec(BytesBytesCodec):
                 "refusing an unbounded decompression (rewrite the data with a zstd that records the content size)"
             )
         output = np.empty(output_size, dtype=np.uint8)
-        if content_size != 0:  # numcodecs fails on empty frames; a frame declaring 0 bytes holds nothing
-            _decompress(source, output)
+        if content_size != 0:  # a frame declaring 0 bytes holds nothing
+            _decompress(source, output, content_size is not None)
         return output
 
     def decode_into(self, data: Buffer, out: np.ndarray) -> None:
         source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
-        # numcodecs accepts a larger buffer than the frame fills: the declared size must match
         if content_size is not None and content_size != out.nbytes:
             raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
         if content_size != 0:
-            _decompress(source, out)
+            _decompress(source, out, content_size is not None)
 
 
-def _decompress(source: Buffer, output: np.ndarray) -> None:
+def _decompress(source: Buffer, output: np.ndarray, sized: bool) -> None:
+    """Decode the one frame of ``source`` into ``output``, which it must fill exactly;
+    ``sized``: the frame declares ``output.nbytes`` as its content size."""
+    if sized and output.nbytes >= IN_PLACE_FROM:
+        _decompress_in_place(source, output)
+        return
     try:
-        numcodecs_zstd.decompress(source, output)
-    except (RuntimeError, ValueError) as error:
+        # at most output.nbytes bytes are made (a frame without a size gets a buffer of that
+        # many; 0 would mean "no limit", hence 1); a longer frame fails ("did not decompress
+        # full frame"), and so do a truncated frame and bytes after it
+        decoded = _DECOMPRESSORS.get().decompress(source, max_output_size=output.nbytes or 1, allow_extra_data=False)
+    except zstandard.ZstdError as error:
         raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+    if len(decoded) != output.nbytes:
+        raise ChunkDecodeError(f"the frame decodes to {len(decoded)} bytes, expected {output.nbytes}")
+    memoryview(output)[:] = decoded
+
+
+def _decompress_in_place(source: Buffer, output: np.ndarray) -> None:
+    view = memoryview(source).cast("B")
+    frame_size = _frame_size(view)
+    if frame_size != len(view):
+        raise ChunkDecodeError(f"corrupt zstd data: the frame takes {frame_size} bytes, the chunk has {len(view)}")
+    reader = _DECOMPRESSORS.get().stream_reader(view, read_size=len(view))
+    try:
+        written, more = reader.readinto(output), reader.read(1)
+    except zstandard.ZstdError as error:
+        raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+    if written != output.nbytes or more:
+        raise ChunkDecodeError(f"the frame decodes to {'more than ' * bool(more)}{written} bytes, expected {output.nbytes}")
+
+
+def _frame_size(view: memoryview) -> int:
+    """The bytes the frame at the start of ``view`` takes: header, blocks, checksum (RFC 8878 3.1.1)."""
+    header_size, _, has_checksum = _frame_header(view)
+    position, last = header_size, 0
+    while not last:
+        if position + _BLOCK_HEADER_SIZE > len(view):
+            raise ChunkDecodeError(f"corrupt zstd data: truncated frame ({len(view)} bytes, a block header at {position})")
+        block = int.from_bytes(view[position : position + _BLOCK_HEADER_SIZE], "little")
+        last, block_type, block_size = block & 1, (block >> 1) & 3, block >> 3
+        if block_type == _RESERVED_BLOCK:
+            raise ChunkDecodeError(f"corrupt zstd data: reserved block type at byte {position}")
+        position += _BLOCK_HEADER_SIZE + (1 if block_type == _RLE_BLOCK else block_size)
+    return position + _CHECKSUM_SIZE * has_checksum
 
 
 def frame_content_size(data: Buffer) -> int | None:
     """The Frame_Content_Size of the first zstd frame header, or None when not recorded.
 
     Raises ChunkDecodeError when ``data`` does not start with a complete frame header.
+
+    Examples
+    --------
+    >>> frame_content_size(ZstdCodec(level=1).encode(bytes(1000)))
+    1000
     """
+    return _frame_header(data)[1]
+
+
+def _frame_header(data: Buffer) -> tuple[int, int | None, bool]:
+    """(header size, Frame_Content_Size or None, Content_Checksum_Flag) of the first frame."""
     header = data[:_MAX_HEADER_SIZE] if isinstance(data, bytes) else bytes(memoryview(data).cast("B")[:_MAX_HEADER_SIZE])
     if len(header) < 5 or int.from_bytes(header[:4], "little") != _MAGIC:
         raise ChunkDecodeError("not a zstd frame (bad magic number or too short)")
@@ -124,10 +198,12 @@ def frame_content_size(data: Buffer) -> int | None:
     if descriptor & 0x08:
         raise ChunkDecodeError("invalid zstd frame header (reserved bit set)")
     fcs_size = 1 if (fcs_flag == 0 and single_segment) else _FCS_FIELD_SIZES[fcs_flag]
-    if fcs_size == 0:
-        return None
     start = 5 + (0 if single_segment else 1) + _DICT_ID_SIZES[dict_id_flag]
     if len(header) < start + fcs_size:
         raise ChunkDecodeError("truncated zstd frame header")
+    has_checksum = bool(descriptor & 0x04)
+    if fcs_size == 0:
+        return start, None, has_checksum
     value = int.from_bytes(header[start : start + fcs_size], "little")
-    return value + 256 if fcs_size == 2 else value  # RFC 8878 3.1.1.1.4: the 2-byte field is offset by 256
+    # RFC 8878 3.1.1.1.4: the 2-byte field is offset by 256
+    return start + fcs_size, value + 256 if fcs_size == 2 else value, has_checksum
