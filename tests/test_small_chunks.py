@@ -232,3 +232,54 @@ def test_the_batch_writer_leaves_no_descriptor_and_no_temporary_file(tmp_path, m
     with LocalStore(tmp_path / "store", read_only=True).batch_writer() as write:
         with pytest.raises(zarrx.errors.ReadOnlyError, match="'g/0/0'"):
             write("g/0/0", b"x")
+
+
+# -- the small-chunk pipeline: one thread reads, the caller decodes runs in one call (zstd) ------
+def _many_zstd_chunks(tmp_path, checksum=False):
+    data = _data((96, 64))  # 24 x 16 = 384 chunks of 4 x 4... and the fill below
+    data = np.tile(data, (2, 1))  # 192 x 64: 768 chunks
+    array = zarrx.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(4, 4), dtype="f4", fill_value=-1,
+                               compressors={"name": "zstd", "configuration": {"level": 1, "checksum": checksum}})  # fmt: skip
+    array[...] = data
+    array[100:120, 8:24] = -1  # missing chunks inside the runs
+    data[100:120, 8:24] = -1
+    return data
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_the_pipeline_reads_what_the_other_paths_read(tmp_path, monkeypatch, checksum):
+    from zarrx.codecs.zstd import ZstdCodec
+
+    data = _many_zstd_chunks(tmp_path, checksum)
+    calls = []
+    decode_many = ZstdCodec.decode_many
+    monkeypatch.setattr(ZstdCodec, "decode_many", lambda self, frames, n: calls.append(len(frames)) or decode_many(self, frames, n))
+    for selection in (np.s_[...], np.s_[3:190, 1:63], np.s_[::2, ::-3]):
+        calls.clear()
+        np.testing.assert_array_equal(zarrx.open_array(tmp_path / "a.zarr")[selection], data[selection])
+        np.testing.assert_array_equal(zarrx.open_array(Remote(LocalStore(tmp_path / "a.zarr")))[selection], data[selection])
+        assert calls and max(calls) <= 256  # runs of at most PIPELINE_ROWS, decoded in one call each
+
+
+@pytest.mark.parametrize("damage", [b"", b"trailing", "twice", "truncated"])
+def test_a_bad_chunk_in_the_pipeline_names_its_key_and_stops_the_reader(tmp_path, damage):
+    _many_zstd_chunks(tmp_path)
+    chunk = tmp_path / "a.zarr" / "c" / "30" / "7"
+    good = chunk.read_bytes()
+    damaged = {"twice": good + good, "truncated": good[:-5]} if isinstance(damage, str) else {}
+    chunk.write_bytes(damaged.get(damage) or (good + damage if damage else b"\x28\xb5\x2f\xfd"))
+    for _ in range(3):  # a failing read leaves no reader behind to block the next one
+        with pytest.raises(ChunkDecodeError, match=r"chunk 'c/30/7': codec 'zstd'"):
+            zarrx.open_array(tmp_path / "a.zarr")[...]
+    chunk.write_bytes(good)
+    assert zarrx.open_array(tmp_path / "a.zarr")[...].shape == (192, 64)
+
+
+def test_a_store_error_in_the_pipeline_reader_reaches_the_caller(tmp_path):
+    from zarrx.testing import FaultyStore
+
+    data = _many_zstd_chunks(tmp_path)
+    store = FaultyStore(LocalStore(tmp_path / "a.zarr"), fail_get=lambda key: key == "c/40/3")
+    with pytest.raises(StoreError, match="'c/40/3'"):
+        zarrx.open_array(store)[...]
+    np.testing.assert_array_equal(zarrx.open_array(store)[:150], data[:150])  # c/40 is rows 160-163

@@ -21,12 +21,12 @@ import itertools
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["map_concurrent", "pool_size", "scratch_array"]
+__all__ = ["map_concurrent", "pool_size", "scratch_array", "start_beside", "in_pool"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -82,7 +82,7 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     """
     items = items if isinstance(items, (list, tuple)) else list(items)
     workers = pool_size()
-    if len(items) < MIN_CONCURRENT_ITEMS or workers == 1 or threading.current_thread().name.startswith(THREAD_NAME):
+    if len(items) < MIN_CONCURRENT_ITEMS or workers == 1 or in_pool():
         return [function(item) for item in items]
     count = len(items)
     group_size = -(-count // (workers * GROUPS_PER_WORKER))
@@ -119,6 +119,17 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     if errors:
         raise errors[0]
     return results
+
+
+def in_pool() -> bool:
+    """Whether the calling thread is one of the pool's (work handed to the pool from it runs inline)."""
+    return threading.current_thread().name.startswith(THREAD_NAME)
+
+
+def start_beside(function: Callable[[], R]) -> "Future[R]":
+    """Run ``function`` on a pool thread while the caller goes on (a producer feeding the caller);
+    never call it from a pool thread (see :func:`in_pool`): it could wait for itself."""
+    return _get_pool().submit(function)
 
 
 def scratch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

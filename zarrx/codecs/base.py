@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -174,6 +174,15 @@ class BytesBytesCodec(Codec):
         exactly: any other decoded size is a ChunkDecodeError. Codecs that set
         :attr:`decodes_into` do this without an intermediate buffer; the default copies."""
         out[...] = as_uint8(self.decode(data, out.nbytes, out.nbytes))
+
+    #: the codec decodes many chunks in one call that holds the GIL only to check them (:meth:`decode_many`)
+    decodes_many: ClassVar[bool] = False
+
+    def decode_many(self, frames: Sequence[Buffer], nbytes: int) -> Sequence[Buffer]:
+        """The decoded bytes of each of ``frames`` (``nbytes`` each, exactly, as :meth:`decode`
+        with that expected size): one call that lets other threads run while it decodes. Codecs
+        that set :attr:`decodes_many` do it in one library call; the default decodes one by one."""
+        return [self.decode(frame, nbytes, nbytes) for frame in frames]
 
 
 def raise_unexpected(codec_name: str, configuration: Mapping[str, Any], allowed: tuple[str, ...] = ()) -> None:

@@ -39,7 +39,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -323,6 +323,28 @@ class CodecPipeline:
     def decodes_into(self, spec: ChunkSpec) -> bool:
         """Whether :meth:`decode` decodes chunks of ``spec`` into a given ``out`` buffer."""
         return self._plan(spec)[2] is not None
+
+    def decodes_many(self, spec: ChunkSpec) -> bool:
+        """Whether :meth:`decode_many` decodes chunks of ``spec`` in one codec call."""
+        direct = self._plan(spec)[2]
+        return direct is not None and direct.decodes_many
+
+    def decode_many(self, frames: Sequence[Any], spec: ChunkSpec, keys: Sequence[str]) -> Sequence[Any]:
+        """The decoded bytes of each stored chunk of ``frames`` (keys ``keys``) in one call of the
+        pipeline's one direct codec (:meth:`decodes_many`): the array's bytes in memory layout.
+
+        Raises ChunkDecodeError naming the first chunk that fails (found decoding one by one).
+        """
+        direct = self._plan(spec)[2]
+        try:
+            return direct.decode_many(frames, spec.nbytes)
+        except Exception as error:  # which chunk? decode them one by one to name it
+            for frame, key in zip(frames, keys):
+                try:
+                    direct.decode(frame, spec.nbytes, spec.nbytes)
+                except Exception as single:
+                    raise decode_failure(key, direct, single) from single
+            raise decode_failure(keys[0], direct, error) from error
 
     def direct_codec(self, spec: ChunkSpec) -> BytesBytesCodec | None:
         """The one codec whose ``decode_into(data, out_bytes)`` decodes a chunk of ``spec`` into

@@ -26,7 +26,7 @@ copied: the walk costs more than the copy there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import zstandard
@@ -119,6 +119,26 @@ class ZstdCodec(BytesBytesCodec):
             _decompress(source, output, content_size is not None)
         return output
 
+    decodes_many = True
+
+    def decode_many(self, frames: Sequence[Buffer], nbytes: int) -> Sequence[Buffer]:
+        """Each frame decoded to exactly ``nbytes``, in one ``multi_decompress_to_buffer`` call
+        (libzstd, the GIL released for all of them). Each must be one whole frame declaring
+        ``nbytes`` (or no size), as :meth:`decode` requires: the headers and block headers are
+        checked here first, since that call reads a frame's first frame only."""
+        for frame in frames:
+            view = frame if isinstance(frame, bytes) else memoryview(frame).cast("B")  # bytes: cheaper slices
+            size, declared = _frame_extent(view)
+            if declared is not None and declared != nbytes:
+                raise ChunkDecodeError(f"the frame declares {declared} decoded bytes, expected {nbytes}")
+            if size != len(view):
+                raise ChunkDecodeError(f"corrupt zstd data: the frame takes {size} bytes, the chunk has {len(view)}")
+        sizes = np.full(len(frames), nbytes, dtype=np.uint64).tobytes()
+        try:
+            return _DECOMPRESSORS.get().multi_decompress_to_buffer(frames, decompressed_sizes=sizes, threads=1)
+        except (zstandard.ZstdError, ValueError) as error:
+            raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
+
     def decode_into(self, data: Buffer, out: np.ndarray) -> None:
         source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
@@ -162,7 +182,12 @@ def _decompress_in_place(source: Buffer, output: np.ndarray) -> None:
 
 def _frame_size(view: memoryview) -> int:
     """The bytes the frame at the start of ``view`` takes: header, blocks, checksum (RFC 8878 3.1.1)."""
-    header_size, _, has_checksum = _frame_header(view)
+    return _frame_extent(view)[0]
+
+
+def _frame_extent(view: memoryview | bytes) -> tuple[int, int | None]:
+    """The bytes the frame at the start of ``view`` takes, and the content size it declares (or None)."""
+    header_size, declared, has_checksum = _frame_header(view)
     position, last = header_size, 0
     while not last:
         if position + _BLOCK_HEADER_SIZE > len(view):
@@ -172,7 +197,7 @@ def _frame_size(view: memoryview) -> int:
         if block_type == _RESERVED_BLOCK:
             raise ChunkDecodeError(f"corrupt zstd data: reserved block type at byte {position}")
         position += _BLOCK_HEADER_SIZE + (1 if block_type == _RLE_BLOCK else block_size)
-    return position + _CHECKSUM_SIZE * has_checksum
+    return position + _CHECKSUM_SIZE * has_checksum, declared
 
 
 def frame_content_size(data: Buffer) -> int | None:

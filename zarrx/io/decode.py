@@ -71,6 +71,8 @@ class ChunkDecoder:
         self.inner = inner
         self.threaded = worth_threads(spec)
         self.decodes_into = pipeline.decodes_into(spec)
+        #: the pipeline decodes many chunks in one call (:meth:`put_decoded`); not per-chunk specs
+        self.decodes_many = spec_of is None and spec.nbytes is not None and pipeline.decodes_many(spec)
         self.direct_out = (
             self.decodes_into and out.flags.c_contiguous and out.flags.writeable and out.dtype == spec.dtype
             and (spec_of is not None or _contiguous_piece(spec.shape, out.shape))
@@ -122,6 +124,22 @@ class ChunkDecoder:
         """Read each row's chunk with ``read``, decode it and put it in place (see :meth:`put_many`)."""
         self.put_many((read(key), key, out_selection, chunk_selection, coords)
                       for key, coords, out_selection, chunk_selection in rows)  # fmt: skip
+
+    def put_decoded(self, rows: Sequence[ChunkRow], raws: Sequence[Any]) -> None:
+        """Put the chunks of ``rows`` (their stored bytes ``raws``, None: absent) in place, decoded
+        in one :meth:`~zarrx.codecs.pipeline.CodecPipeline.decode_many` call (the pipeline decodes many)."""
+        spec, out = self.spec, self.out
+        present = [position for position, raw in enumerate(raws) if raw is not None]
+        decoded = self.pipeline.decode_many([raws[p] for p in present], spec, [rows[p][0] for p in present]) if present else ()
+        shape, dtype = spec.shape, spec.dtype
+        for position, data in zip(present, decoded):
+            _, _, out_selection, chunk_selection = rows[position]
+            chunk = np.frombuffer(data, dtype=dtype).reshape(shape)
+            out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
+        if len(present) < len(rows):
+            for row, raw in zip(rows, raws):
+                if raw is None:
+                    out[row[2]] = self.fill_value
 
     def item(self, raw: Any, projection: ChunkProjection, key: str) -> Item:
         """What :meth:`put_many` takes for ``raw`` at ``projection`` (as :meth:`place` puts it)."""

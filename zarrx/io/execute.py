@@ -24,15 +24,18 @@ partially read shards), so what ``explain()`` shows is what this module does.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import queue
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from zarrx.errors import ChunkEncodeError, SelectionError
-from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size
+from zarrx.concurrency import GROUPS_PER_WORKER, in_pool, map_concurrent, pool_size, start_beside
 from zarrx.io.decode import ChunkDecoder, caller_can_work
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow, ObjectPlan, batches, chunk_table, inner_reads, plan_objects, split_batches
@@ -287,8 +290,16 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
 
 
 def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder, fetcher: Fetcher) -> None:
-    """The chunks of a store whose reads are local, from their table: a few runs of rows, each
-    read, decoded and placed by one thread in one loop, through one ``batch_reader``."""
+    """The chunks of a store whose reads are local, from their table, through ``batch_reader``s:
+
+    * chunks worth the pool: a few runs of rows, each read, decoded and placed by one thread;
+    * small chunks whose pipeline decodes many in one call (zstd): one pool thread reads runs of
+      :data:`PIPELINE_ROWS` files while this thread decodes the run before in one call, which
+      lets the reader run meanwhile, and puts it in place;
+    * other small chunks: one loop on this thread -- their Python holds the GIL, and a second
+      thread would only take it in turns (6,400 zstd chunks of 2.4 KiB: 80 ms on one thread,
+      140 ms on two).
+    """
     if fetcher.dry:
         for key, coords, _, _ in rows:
             fetcher.one((key, None, CHUNK, (coords,)))
@@ -299,9 +310,47 @@ def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder
         with store.batch_reader(max_size) as read:
             decoder.put_rows(part, read)
 
-    size = max(1, -(-len(rows) // (pool_size() * GROUPS_PER_WORKER)))
-    map_concurrent(run, [rows[start : start + size] for start in range(0, len(rows), size)],
-                   caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
+    if decoder.threaded:
+        size = max(1, -(-len(rows) // (pool_size() * GROUPS_PER_WORKER)))
+        map_concurrent(run, [rows[start : start + size] for start in range(0, len(rows), size)],
+                       caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
+    elif len(rows) >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
+        _read_pipelined(store, max_size, rows, decoder)
+    else:
+        run(rows)
+
+
+#: files the reader of the small-chunk pipeline hands over at a time (and at most 4 runs ahead)
+PIPELINE_ROWS = 256
+
+
+def _read_pipelined(store: Store, max_size: int | None, rows: list[ChunkRow], decoder: ChunkDecoder) -> None:
+    runs = [rows[start : start + PIPELINE_ROWS] for start in range(0, len(rows), PIPELINE_ROWS)]
+    ready: queue.Queue[list[Any] | BaseException] = queue.Queue(maxsize=4)
+    stop = threading.Event()
+
+    def read_runs() -> None:
+        try:
+            with store.batch_reader(max_size) as read:
+                for run in runs:
+                    if stop.is_set():
+                        return
+                    ready.put([read(key) for key, _, _, _ in run])
+        except BaseException as error:  # noqa: BLE001 (handed to the decoding thread, which raises it)
+            ready.put(error)
+
+    reader = start_beside(read_runs)
+    try:
+        for run in runs:
+            raws = ready.get()
+            if isinstance(raws, BaseException):
+                raise raws
+            decoder.put_decoded(run, raws)
+    finally:
+        stop.set()
+        while not reader.done():  # a reader waiting on a full queue: take its runs until it stops
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.01)
 
 
 #: an inner chunk to decode: its bytes (None: fill value), its projection, the shard's key
