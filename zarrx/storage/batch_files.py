@@ -25,7 +25,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from zarrx.storage.containment import RootFolder
-from zarrx.storage.folder_calls import FOLDER_FLAGS, NOFOLLOW, READ_FLAGS, TEMPORARY_FLAGS, regular_size
+from zarrx.storage.folder_calls import FOLDER_FLAGS, NOFOLLOW, READ_FLAGS, regular_size
 
 __all__ = ["folder_reader", "folder_writer", "MAX_OPEN_FOLDERS"]
 
@@ -104,23 +104,10 @@ def folder_writer(root: RootFolder) -> Iterator[Callable[[str, Any], None]]:
             return
         temporary = f".{name}.{prefix}{next(counter) % 2**32:08x}.tmp"
         try:
-            descriptor = calls.open_file(folder, temporary, TEMPORARY_FLAGS)
+            root.write_in(calls, folder, name, temporary, value)
         except FileNotFoundError:  # the folder was deleted (emptied) since it was opened
             folders.forget(path)
             root.write(key, value)
-            return
-        try:
-            try:
-                view = memoryview(value).cast("B")
-                while view:
-                    view = view[os.write(descriptor, view) :]
-            finally:
-                os.close(descriptor)
-            calls.replace(folder, temporary, name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                calls.unlink(folder, temporary)
-            raise
 
     try:
         yield write if root.resolution == "kernel" else root.write

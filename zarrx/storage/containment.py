@@ -359,14 +359,14 @@ class RootFolder:
             folder = self.open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
             if folder is not None:
                 try:
-                    return self._write_in(self.calls, folder, name, temporary, value)
+                    return self.write_in(self.calls, folder, name, temporary, value)
                 finally:
                     os.close(folder)
         attempts = 5
         for attempt in range(attempts):
             try:
                 with self._walk(key, folders, [name], create=True) as walk:
-                    self._write_in(walk.calls, walk.folder, name, temporary, value)
+                    self.write_in(walk.calls, walk.folder, name, temporary, value)
                 return
             except FileNotFoundError:
                 if attempt == attempts - 1:
@@ -374,7 +374,9 @@ class RootFolder:
             except _Outside as outside:
                 raise self._refuse(key, outside, "write") from None
 
-    def _write_in(self, calls: DescriptorCalls, folder: Any, name: str, temporary: str, value: Any) -> None:
+    def write_in(self, calls: DescriptorCalls, folder: Any, name: str, temporary: str, value: Any) -> None:
+        """``value`` into the temporary file ``temporary`` created in the open ``folder``, renamed
+        over ``name`` there (the temporary file removed on any failure)."""
         descriptor = calls.open_file(folder, temporary, TEMPORARY_FLAGS)
         try:
             with open(descriptor, "wb") as file:
