@@ -43,7 +43,7 @@ class Remote(WrapperStore):
 def test_the_table_is_the_product_of_the_projections(selection):
     array = zarrx.create_array(MemoryStore(), "t", shape=(50, 33), chunks=(4, 5), dtype="f4")
     handle = array.handle
-    rows = chunk_table(handle, BasicIndexer(selection, handle.shape, handle.io_chunk_shape))
+    rows = list(chunk_table(handle, BasicIndexer(selection, handle.shape, handle.io_chunk_shape)))
     projections = list(BasicIndexer(selection, handle.shape, handle.io_chunk_shape))
     assert [row[1] for row in rows] == [p.chunk_coords for p in projections]
     assert [row[0] for row in rows] == [handle.object_key(p.chunk_coords) for p in projections]

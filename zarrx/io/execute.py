@@ -30,7 +30,7 @@ import queue
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -258,7 +258,7 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
     if handle.store.reads_are_local:
         rows = chunk_table(handle, projections)
         if rows is not None:
-            _read_table(handle, rows, decoder, fetcher)
+            _read_table(handle, rows, projections.nchunks, decoder, fetcher)
             return
     objects = plan_objects(handle, projections)
     if handle.store.reads_are_local and decoder.threaded:
@@ -289,7 +289,7 @@ def _read_chunks(handle: ArrayHandle, projections: Iterable[ChunkProjection], ou
             decoder.run(lambda plan: decoder.place(plan.pieces[0][1], plan.key, blobs.get(plan.key)), batch)
 
 
-def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder, fetcher: Fetcher) -> None:
+def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decoder: ChunkDecoder, fetcher: Fetcher) -> None:
     """The chunks of a store whose reads are local, from their table, through ``batch_reader``s:
 
     * chunks worth the pool: a few runs of rows, each read, decoded and placed by one thread;
@@ -306,15 +306,16 @@ def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder
         return
     store, max_size = handle.store, fetcher.max_size
 
-    def run(part: list[ChunkRow]) -> None:
+    def run(part: Iterable[ChunkRow]) -> None:
         with store.batch_reader(max_size) as read:
             decoder.put_rows(part, read)
 
-    if decoder.threaded:
-        size = max(1, -(-len(rows) // (pool_size() * GROUPS_PER_WORKER)))
-        map_concurrent(run, [rows[start : start + size] for start in range(0, len(rows), size)],
-                       caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
-    elif len(rows) >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
+    if decoder.threaded:  # the table in batches: a huge selection's rows are never all in memory
+        for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
+            size = max(1, -(-len(batch) // (pool_size() * GROUPS_PER_WORKER)))
+            map_concurrent(run, [batch[start : start + size] for start in range(0, len(batch), size)],
+                           caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
+    elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
         _read_pipelined(store, max_size, rows, decoder)
     else:
         run(rows)
@@ -324,28 +325,27 @@ def _read_table(handle: ArrayHandle, rows: list[ChunkRow], decoder: ChunkDecoder
 PIPELINE_ROWS = 256
 
 
-def _read_pipelined(store: Store, max_size: int | None, rows: list[ChunkRow], decoder: ChunkDecoder) -> None:
-    runs = [rows[start : start + PIPELINE_ROWS] for start in range(0, len(rows), PIPELINE_ROWS)]
-    ready: queue.Queue[list[Any] | BaseException] = queue.Queue(maxsize=4)
+def _read_pipelined(store: Store, max_size: int | None, rows: Iterator[ChunkRow], decoder: ChunkDecoder) -> None:
+    ready: queue.Queue[tuple[list[ChunkRow], list[Any]] | BaseException | None] = queue.Queue(maxsize=4)
     stop = threading.Event()
 
     def read_runs() -> None:
         try:
             with store.batch_reader(max_size) as read:
-                for run in runs:
+                for run in split_batches(rows, lambda _: 1, PIPELINE_ROWS):
                     if stop.is_set():
                         return
-                    ready.put([read(key) for key, _, _, _ in run])
+                    ready.put((run, [read(key) for key, _, _, _ in run]))
+            ready.put(None)
         except BaseException as error:  # noqa: BLE001 (handed to the decoding thread, which raises it)
             ready.put(error)
 
     reader = start_beside(read_runs)
     try:
-        for run in runs:
-            raws = ready.get()
-            if isinstance(raws, BaseException):
-                raise raws
-            decoder.put_decoded(run, raws)
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            decoder.put_decoded(*item)
     finally:
         stop.set()
         while not reader.done():  # a reader waiting on a full queue: take its runs until it stops

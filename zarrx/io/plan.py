@@ -150,17 +150,17 @@ def plan_objects(handle: ArrayHandle, projections: Iterable[ChunkProjection], *,
 ChunkRow = tuple[str, tuple[int, ...], tuple[Any, ...], "tuple[Any, ...] | None"]
 
 
-def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> list[ChunkRow] | None:
+def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> Iterator[ChunkRow] | None:
     """:func:`plan_objects` of an unsharded array for a product selection (slices and ints), as
-    rows computed per dimension and combined once -- no projection object per chunk: the plan of
-    the executor's small-chunk loop. None for any other array or selection.
+    rows computed per dimension and combined lazily, in C order -- no projection object per
+    chunk: the plan of the executor's small-chunk loop. None for any other array or selection.
 
     Examples
     --------
     >>> import zarrx
     >>> from zarrx.io.selection import BasicIndexer
     >>> array = zarrx.create_array(zarrx.storage.MemoryStore(), "t", shape=(10,), chunks=(4,), dtype="i1")
-    >>> chunk_table(array.handle, BasicIndexer(slice(2, 9), (10,), (4,)))  # doctest: +NORMALIZE_WHITESPACE
+    >>> list(chunk_table(array.handle, BasicIndexer(slice(2, 9), (10,), (4,))))  # doctest: +NORMALIZE_WHITESPACE
     [('t/c/0', (0,), (slice(0, 2, None),), (slice(2, 4, 1),)),
      ('t/c/1', (1,), (slice(2, 6, None),), None),
      ('t/c/2', (2,), (slice(6, 7, None),), (slice(0, 1, 1),))]
@@ -178,16 +178,16 @@ def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> 
              p.is_complete and p.out_selection is not None and p.out_selection.stop - p.out_selection.start == length)
             for p in projected
         ])  # fmt: skip
-    dropped = len(kept) != len(per_dimension)
-    key = handle.object_key
-    rows: list[ChunkRow] = []
+    return _rows(handle.object_key, per_dimension, None if len(kept) == len(per_dimension) else kept)
+
+
+def _rows(key: Callable[[tuple[int, ...]], str], per_dimension: list[list[Any]], kept: list[int] | None) -> Iterator[ChunkRow]:
     for combination in itertools.product(*per_dimension):
         coords, outs, selections, whole = zip(*combination) if combination else ((), (), (), ())
-        if dropped:
+        if kept is not None:  # an int dropped a dimension of the output
             outs = tuple(outs[dimension] for dimension in kept)
         # (a 0-d chunk is never "whole": out[()] = chunk would store the array in an object slot)
-        rows.append((key(coords), coords, outs, None if whole and all(whole) else selections))
-    return rows
+        yield key(coords), coords, outs, None if whole and all(whole) else selections
 
 
 def object_weight(handle: ArrayHandle) -> Callable[[ObjectPlan], int]:

@@ -126,6 +126,10 @@ class _Counted:
             self.chunks.add(projection.chunk_coords)
             yield projection
 
+    @property
+    def nchunks(self) -> int:
+        return self.projections.nchunks
+
     def dimensions(self) -> Any:
         """The indexer's per-dimension projections (a plan made from them, a chunk table, takes
         every combination of them: those are counted here)."""
