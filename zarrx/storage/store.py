@@ -253,8 +253,9 @@ class Store(ABC):
         """A function reading whole values one after another on one thread, for as long as the
         ``with`` block lasts: what the executor's small-chunk loop calls once per chunk.
 
-        A store may hold what many reads share while it is open (a local store: its root
-        folder's descriptor) and bound each value by ``max_size`` as :meth:`get_many` does.
+        A store may hold what many reads share while it is open (a local store: the
+        descriptors of the folders it reads in) and bound each value by ``max_size`` as
+        :meth:`get_many` does.
         This default is :meth:`get`.
 
         Examples
