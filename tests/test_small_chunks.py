@@ -236,8 +236,7 @@ def test_the_batch_writer_leaves_no_descriptor_and_no_temporary_file(tmp_path, m
 
 # -- the small-chunk pipeline: one thread reads, the caller decodes runs in one call (zstd) ------
 def _many_zstd_chunks(tmp_path, checksum=False):
-    data = _data((96, 64))  # 24 x 16 = 384 chunks of 4 x 4... and the fill below
-    data = np.tile(data, (2, 1))  # 192 x 64: 768 chunks
+    data = np.tile(_data((96, 64)), (2, 1))  # 192 x 64 in chunks of 4 x 4: 768 chunks, three runs of 256
     array = zarrx.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(4, 4), dtype="f4", fill_value=-1,
                                compressors={"name": "zstd", "configuration": {"level": 1, "checksum": checksum}})  # fmt: skip
     array[...] = data
