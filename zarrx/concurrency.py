@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["map_concurrent", "pool_size", "scratch_array", "start_beside", "in_pool"]
+__all__ = ["map_concurrent", "map_runs", "pool_size", "scratch_array", "start_beside", "in_pool"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -119,6 +119,15 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     if errors:
         raise errors[0]
     return results
+
+
+def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
+    """``function`` over consecutive runs of ``items``, a few per worker (GROUPS_PER_WORKER), on
+    the pool as :func:`map_concurrent`: for work that sets something up once per run (a store's
+    batch reader, a scratch buffer) rather than once per item."""
+    size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
+    runs = [items[start : start + size] for start in range(0, len(items), size)]
+    return map_concurrent(function, runs, caller_works=caller_works)
 
 
 def in_pool() -> bool:

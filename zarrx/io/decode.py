@@ -18,7 +18,7 @@ import numpy as np
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
-from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size, scratch_array
+from zarrx.concurrency import map_concurrent, map_runs, scratch_array
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
@@ -178,9 +178,7 @@ class ChunkDecoder:
         if not self.threaded:
             self.put_many(items)
             return
-        size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
-        map_concurrent(self.put_many, [items[start : start + size] for start in range(0, len(items), size)],
-                       caller_works=caller_can_work(self.pipeline))  # fmt: skip
+        map_runs(self.put_many, items, caller_works=caller_can_work(self.pipeline))
 
 
 def _contiguous_piece(chunk_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from zarrx.errors import ChunkEncodeError, SelectionError
-from zarrx.concurrency import GROUPS_PER_WORKER, in_pool, map_concurrent, pool_size, start_beside
+from zarrx.concurrency import in_pool, map_runs, pool_size, start_beside
 from zarrx.io.decode import ChunkDecoder, caller_can_work
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow, ObjectPlan, batches, chunk_table, inner_reads, plan_objects, split_batches
@@ -312,9 +312,7 @@ def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decod
 
     if decoder.threaded:  # the table in batches: a huge selection's rows are never all in memory
         for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
-            size = max(1, -(-len(batch) // (pool_size() * GROUPS_PER_WORKER)))
-            map_concurrent(run, [batch[start : start + size] for start in range(0, len(batch), size)],
-                           caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
+            map_runs(run, batch, caller_works=caller_can_work(decoder.pipeline))
     elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
         _read_pipelined(store, max_size, rows, decoder)
     else:

@@ -28,7 +28,7 @@ import numpy as np
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.concurrency import GROUPS_PER_WORKER, map_concurrent, pool_size, scratch_array
+from zarrx.concurrency import map_runs, scratch_array
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
@@ -105,9 +105,7 @@ def _write_in_loops(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndar
                     write(plan.key, encoded)
         return empty
 
-    size = max(1, -(-len(batch) // (pool_size() * GROUPS_PER_WORKER)))
-    parts = [batch[start : start + size] for start in range(0, len(batch), size)]
-    to_delete = [key for empty in map_concurrent(run, parts, caller_works=caller_can_work(handle.pipeline)) for key in empty]
+    to_delete = [key for empty in map_runs(run, batch, caller_works=caller_can_work(handle.pipeline)) for key in empty]
     if to_delete:
         store.delete_many(to_delete)
 
