@@ -83,10 +83,10 @@ class ChunkDecoder:
 
     def place(self, projection: ChunkProjection, key: str, raw: Any) -> None:
         """Decode ``raw`` (None: absent, the fill value) into ``out`` at ``projection``."""
-        coords = projection.chunk_coords
-        spec = self.spec if self.spec_of is None else self.spec_of(coords)
-        whole = projection.is_complete_chunk and self._fills_exactly(projection.out_selection, spec)
-        self.put(raw, key, projection.out_selection, None if whole else projection.chunk_selection, spec, coords)
+        self.put(*self.item(raw, projection, key))
+
+    def _spec_at(self, coords: tuple[int, ...]) -> ChunkSpec:
+        return self.spec if self.spec_of is None else self.spec_of(coords)
 
     def _fills_exactly(self, out_selection: tuple[Any, ...], spec: ChunkSpec) -> bool:
         """Whether a complete chunk's piece of ``out`` has the chunk's own shape (not cut by an edge)."""
@@ -95,14 +95,15 @@ class ChunkDecoder:
         )
 
     def put(self, raw: Any, key: str, out_selection: tuple[Any, ...], chunk_selection: tuple[Any, ...] | None,
-            spec: ChunkSpec, coords: tuple[int, ...]) -> None:
-        """Decode ``raw`` (None: the fill value) and put ``chunk[chunk_selection]`` at
-        ``out[out_selection]``; ``chunk_selection`` None: the whole chunk, which then decodes
-        straight into ``out`` where that piece of it is contiguous."""
+            coords: tuple[int, ...]) -> None:
+        """Decode ``raw`` (None: the fill value), the chunk at ``coords``, and put
+        ``chunk[chunk_selection]`` at ``out[out_selection]``; ``chunk_selection`` None: the whole
+        chunk, which then decodes straight into ``out`` where that piece of it is contiguous."""
         out = self.out
         if raw is None:
             out[out_selection] = self.fill_value
             return
+        spec = self._spec_at(coords)
         target = None
         if chunk_selection is None and self.direct_out:
             target = out[(*out_selection, Ellipsis)]  # a view even for 0-d output
@@ -144,8 +145,7 @@ class ChunkDecoder:
     def item(self, raw: Any, projection: ChunkProjection, key: str) -> Item:
         """What :meth:`put_many` takes for ``raw`` at ``projection`` (as :meth:`place` puts it)."""
         coords = projection.chunk_coords
-        spec = self.spec if self.spec_of is None else self.spec_of(coords)
-        whole = projection.is_complete_chunk and self._fills_exactly(projection.out_selection, spec)
+        whole = projection.is_complete_chunk and self._fills_exactly(projection.out_selection, self._spec_at(coords))
         return raw, key, projection.out_selection, None if whole else projection.chunk_selection, coords
 
     def put_many(self, items: Iterable[Item]) -> None:
@@ -161,7 +161,7 @@ class ChunkDecoder:
             if raw is None:
                 out[out_selection] = fill_value
             elif direct is None or (chunk_selection is None and self.direct_out):
-                put(raw, key, out_selection, chunk_selection, self.spec if self.spec_of is None else self.spec_of(coords), coords)
+                put(raw, key, out_selection, chunk_selection, coords)
             else:
                 try:
                     direct.decode_into(raw, scratch_bytes)
