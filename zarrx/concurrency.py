@@ -17,6 +17,7 @@ least 2 so blocking I/O overlaps even on one core, at most 16).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -46,7 +47,13 @@ _pool_lock = threading.Lock()
 
 def pool_size() -> int:
     configured = int(os.environ.get("ZARRX_NUM_THREADS", "0") or 0)
-    return configured if configured > 0 else min(16, max(2, os.cpu_count() or 1))
+    return configured if configured > 0 else min(16, max(2, _cpu_count() or 1))
+
+
+@functools.cache
+def _cpu_count() -> int | None:
+    # os.cpu_count() reads /sys on every call; pool_size() is asked on every read and write
+    return os.cpu_count()
 
 
 def _get_pool() -> ThreadPoolExecutor:
