@@ -165,8 +165,10 @@ def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> 
      ('t/c/1', (1,), (slice(2, 6, None),), None),
      ('t/c/2', (2,), (slice(6, 7, None),), (slice(0, 1, 1),))]
     """
+    if handle.sharding is not None or not handle.regular:
+        return None
     dimensions = getattr(projections, "dimensions", lambda: None)()
-    if handle.sharding is not None or not handle.regular or dimensions is None:
+    if dimensions is None:
         return None
     per_dimension, kept = [], []
     for dimension, (projected, length) in enumerate(zip(dimensions, handle.io_chunk_shape)):
