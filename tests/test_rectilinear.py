@@ -156,8 +156,19 @@ def test_sharded_partial_reads_fetch_only_the_inner_chunks(tmp_path):
     array = zarrx.create_array(str(tmp_path), shape=(20, 6), chunks=(2, 3), shards=((4, 8, 8), (6,)), dtype="f4")
     array[...] = np.arange(120, dtype="f4").reshape(20, 6)
     plan = array.explain(np.s_[5:7, 4])
-    assert [(r.kind, r.key) for r in plan.requests if r.kind == "inner chunks"] == [("inner chunks", "c/1/0")]
+    # a local shard is opened once and each inner chunk read from it by the thread decoding it
+    assert [(r.kind, r.key, r.chunks) for r in plan.requests if r.kind == "inner chunks"] == [
+        ("inner chunks", "c/1/0", ((2, 1),)), ("inner chunks", "c/1/0", ((3, 1),))
+    ]
     np.testing.assert_array_equal(array[5:7, 4], [34, 40])
+    # through a store of round trips, the two neighbours are one merged range
+    remote = zarrx.open_array(zarrx.storage.MemoryStore({key: tmp_path.joinpath(key).read_bytes()
+                                                         for key in ("zarr.json", "c/1/0")}))  # fmt: skip
+    plan = remote.explain(np.s_[5:7, 4])
+    assert [(r.kind, r.key, r.chunks) for r in plan.requests if r.kind == "inner chunks"] == [
+        ("inner chunks", "c/1/0", ((2, 1), (3, 1)))
+    ]
+    np.testing.assert_array_equal(remote[5:7, 4], [34, 40])
 
 
 # -- resize and append -------------------------------------------------------------------------------

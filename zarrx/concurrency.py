@@ -21,13 +21,14 @@ import functools
 import itertools
 import math
 import os
+import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["map_concurrent", "map_runs", "pool_size", "scratch_array", "start_beside", "in_pool"]
+__all__ = ["map_concurrent", "map_runs", "map_stream", "pool_size", "scratch_array", "start_beside", "in_pool"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -135,6 +136,56 @@ def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller
     size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
     runs = [items[start : start + size] for start in range(0, len(items), size)]
     return map_concurrent(function, runs, caller_works=caller_works)
+
+
+def map_stream(function: Callable[[T], Any], parts: Iterable[T], *, caller_works: bool = False) -> None:
+    """``function(part)`` for each of ``parts``, which the calling thread makes one by one (planning
+    them, say) while the pool threads work on those made so far; with ``caller_works`` the caller
+    then takes parts too, as :func:`map_concurrent` does. Each part is taken once, by whichever
+    thread is free first. The first error (the caller's included) stops the others from taking
+    new parts and is raised."""
+    workers = pool_size()
+    if workers == 1 or in_pool():
+        for part in parts:
+            function(part)
+        return
+    ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    stop, failed = object(), threading.Event()
+
+    def drain() -> None:
+        try:
+            while (part := ready.get()) is not stop:
+                if not failed.is_set():  # after an error: only empty the queue
+                    function(part)
+        except BaseException:
+            failed.set()
+            raise
+
+    pool = _get_pool()
+    helpers = [pool.submit(drain) for _ in range(workers - 1 if caller_works else workers)]
+    errors: list[BaseException] = []
+    try:
+        for part in parts:
+            if failed.is_set():
+                break
+            ready.put(part)
+    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
+        failed.set()
+        errors.append(error)
+    for _ in range(len(helpers) + caller_works):
+        ready.put(stop)
+    if caller_works:
+        try:
+            drain()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+    for helper in helpers:
+        try:
+            helper.result()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+    if errors:
+        raise errors[0]
 
 
 def in_pool() -> bool:

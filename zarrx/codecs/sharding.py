@@ -201,21 +201,24 @@ class ShardingCodec(ArrayBytesCodec):
                 )
         return index
 
-    def read_index(self, data: Buffer, spec: ChunkSpec, key: str, *, whole: bool) -> ShardIndex:
+    def read_index(self, data: Buffer, spec: ChunkSpec, key: str, *, whole: bool, shard_size: int | None = None) -> ShardIndex:
         """The index of a shard, from the whole shard (``whole``) or from the bytes
-        :meth:`index_range` fetched; the one place an index is cut out of a shard and parsed.
+        :meth:`index_range` fetched (of a shard of ``shard_size`` bytes, when known); the one
+        place an index is cut out of a shard and parsed.
 
-        For a whole shard every entry must lie inside it; a shard too short to hold its index,
-        an index that fails its checksum or entries past the end are ChunkDecodeErrors naming ``key``.
+        Every entry must lie inside the shard when its size is known (a whole shard's always is);
+        a shard too short to hold its index, an index that fails its checksum or entries past
+        the end are ChunkDecodeErrors naming ``key``.
         """
         view = memoryview(data).cast("B")
         size = self.index_size(spec)
         if len(view) < size:
+            found = len(view) if whole or shard_size is None else shard_size
             raise ChunkDecodeError(
-                f"chunk {key!r}: codec 'sharding_indexed': a shard of {len(view)} bytes cannot hold its {size}-byte index"
+                f"chunk {key!r}: codec 'sharding_indexed': a shard of {found} bytes cannot hold its {size}-byte index"
             )
         raw = view[len(view) - size :] if self.index_location == "end" else view[:size]
-        entries = self.decode_index(raw, spec, key, shard_size=len(view) if whole else None)
+        entries = self.decode_index(raw, spec, key, shard_size=len(view) if whole else shard_size)
         return ShardIndex(entries, key)
 
     def decode_inner(self, data: Buffer, spec: ChunkSpec, key: str) -> np.ndarray:

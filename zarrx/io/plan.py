@@ -35,7 +35,7 @@ from zarrx.io.selection import ChunkProjection
 from zarrx.storage.store import RangeByteRequest
 
 __all__ = [
-    "ObjectPlan", "RangeRead", "ChunkRow", "plan_objects", "chunk_table", "inner_reads", "batches", "split_batches", "batch_limit",
+    "ObjectPlan", "RangeRead", "ChunkRow", "ShardRows", "plan_objects", "chunk_table", "shard_table", "table_rows", "inner_reads", "batches", "split_batches", "batch_limit",
     "decoded_nbytes", "MIN_BATCH_BYTES",
 ]  # fmt: skip
 
@@ -181,6 +181,60 @@ def chunk_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> 
             for p in projected
         ])  # fmt: skip
     return _rows(handle.object_key, per_dimension, None if len(kept) == len(per_dimension) else kept)
+
+
+#: the rows of one shard in a shard table: its key, its coordinates in the shard grid, the wanted
+#: inner chunks along each dimension (as :func:`chunk_table` keeps them: index in the inner-chunk
+#: grid, output slice, chunk slice, whether whole), their indexes within the shard along each
+#: dimension, and the output's dimensions (None: all, else those an int did not drop)
+ShardRows = tuple[str, tuple[int, ...], list[list[Any]], list[list[int]], "list[int] | None"]
+
+
+def shard_table(handle: ArrayHandle, projections: Iterable[ChunkProjection]) -> Iterator[ShardRows] | None:
+    """:func:`plan_objects` of a sharded array for a product selection (slices and ints), shard by
+    shard, with each shard's inner chunks kept per dimension -- no projection object per inner
+    chunk; :func:`table_rows` combines them. None for any other array or selection.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> from zarrx.io.selection import BasicIndexer
+    >>> store = zarrx.storage.MemoryStore()
+    >>> array = zarrx.create_array(store, "t", shape=(10,), chunks=(4,), shards=(8,), dtype="i1")
+    >>> [(key, coords, local) for key, coords, _, local, _ in shard_table(array.handle, BasicIndexer(slice(2, 9), (10,), (4,)))]
+    [('t/c/0', (0,), [[0, 1]]), ('t/c/1', (1,), [[0]])]
+    """
+    if handle.sharding is None or not handle.regular or not handle.shape:
+        return None
+    dimensions = getattr(projections, "dimensions", lambda: None)()
+    if dimensions is None:
+        return None
+    per_shard = handle.chunks_per_object
+    groups: list[dict[int, tuple[list[Any], list[int]]]] = []
+    kept = []
+    for dimension, (projected, length, count) in enumerate(zip(dimensions, handle.io_chunk_shape, per_shard)):
+        if projected and projected[0].out_selection is not None:
+            kept.append(dimension)
+        by_shard: dict[int, tuple[list[Any], list[int]]] = {}
+        for p in projected:
+            shard, local = divmod(p.chunk_index, count)
+            rows, locals_ = by_shard.setdefault(shard, ([], []))
+            whole = p.is_complete and p.out_selection is not None and p.out_selection.stop - p.out_selection.start == length
+            rows.append((p.chunk_index, p.out_selection, p.chunk_selection, whole))
+            locals_.append(local)
+        groups.append(by_shard)
+    kept_or_all = None if len(kept) == len(groups) else kept
+    return (
+        (handle.object_key(coords := tuple(shard for shard, _ in combination)), coords,
+         [rows for _, (rows, _) in combination], [locals_ for _, (_, locals_) in combination], kept_or_all)
+        for combination in itertools.product(*(by_shard.items() for by_shard in groups))
+    )  # fmt: skip
+
+
+def table_rows(per_dimension: list[list[Any]], kept: list[int] | None) -> Iterator[ChunkRow]:
+    """The rows of a chunk table's (or one shard's) dimensions in C order, as :func:`chunk_table`
+    yields them, with an empty key (the shard's key is the caller's)."""
+    return _rows(lambda coords: "", per_dimension, kept)
 
 
 def _rows(key: Callable[[tuple[int, ...]], str], per_dimension: list[list[Any]], kept: list[int] | None) -> Iterator[ChunkRow]:

@@ -36,6 +36,8 @@ than test its class (zarr-python 3's ``supports_*``):
                                after another (default: ``get``); a local store keeps the
                                folders it reads in open for all of them
 ``batch_writer()``             the same for writing values one after another (default: ``set``)
+``range_readers(max_size)``    a ``with`` block giving a function opening one version of a
+                               value for range reads (:class:`RangeReader`: a local file), or None
 =============================  ==========================================================
 
 :class:`WrapperStore` forwards every method and ability to the store it wraps, so a wrapper
@@ -68,6 +70,7 @@ __all__ = [
     "slice_value",
     "bounded_get_many",
     "bounded_get_ranges",
+    "RangeReader",
 ]
 
 
@@ -201,6 +204,23 @@ def bounded_get_ranges(
     return store.get_ranges(requests)
 
 
+class RangeReader(ABC):
+    """One version of a stored value open for byte-range reads (:meth:`Store.range_readers`):
+    every read sees the same bytes, whoever replaces the value meanwhile; threads may share it."""
+
+    key: str
+    #: the value's size in bytes when it was opened
+    size: int
+
+    @abstractmethod
+    def read(self, byte_range: ByteRequest | None = None) -> bytes:
+        """The bytes ``byte_range`` asks for (None: all), clipped as :func:`byte_bounds` does."""
+
+    @abstractmethod
+    def readinto(self, start: int, buffer: memoryview) -> int:
+        """Read from ``start`` into ``buffer``; how many bytes (fewer only at the end)."""
+
+
 class Store(ABC):
     """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
 
@@ -267,15 +287,21 @@ class Store(ABC):
         """
         yield self.get
 
+    @contextlib.contextmanager
+    def range_readers(self, max_size: int | None = None) -> Iterator["Callable[[str], RangeReader | None] | None"]:
+        """A function opening a value for byte-range reads (None for a missing key) for as long as
+        the ``with`` block lasts, or None when the store has none (this default; use
+        :meth:`get_ranges`). The executor reads a shard's index and inner chunks through it, on
+        any thread. ``max_size`` bounds a value as for :meth:`get_many`."""
+        yield None
+
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:
         """Fetch many byte ranges in one batch, in order. A missing key gives None.
-
         Stores with :attr:`consistent_ranges` read all the ranges of one key from one version
         of its value, even while another writer replaces it. This default reads range by range.
-        ``max_size`` bounds the whole value of each key, as for :meth:`get_many`.
-        """
+        ``max_size`` bounds the whole value of each key, as for :meth:`get_many`."""
         return [self.get(key, byte_range) for key, byte_range in requests]
 
     def exists(self, key: str) -> bool:
@@ -422,6 +448,14 @@ class WrapperStore(Store):
             return
         with self.inner.batch_reader(max_size) as read:
             yield read
+
+    @contextlib.contextmanager
+    def range_readers(self, max_size: int | None = None) -> Iterator["Callable[[str], RangeReader | None] | None"]:
+        if type(self).get is not WrapperStore.get or type(self).get_ranges is not WrapperStore.get_ranges:
+            yield None  # this wrapper changes what reads do (counts, fails): through get_ranges
+            return
+        with self.inner.range_readers(max_size) as open_value:
+            yield open_value
 
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None

@@ -1,0 +1,278 @@
+"""Sharded reads from opened shards (zarrx.io.shards): a local store opens each shard once
+(``Store.range_readers``), reads its index from the open file and lets the decoding threads read
+the inner chunks from it; the shard table (zarrx.io.plan.shard_table) plans product selections
+without a projection per inner chunk; concurrency.map_stream hands the runs to the pool as they
+are planned."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import zarrx
+from zarrx.concurrency import map_stream, pool_size
+from zarrx.errors import ChunkDecodeError, OutsideStoreError
+from zarrx.io.plan import plan_objects, shard_table, table_rows
+from zarrx.io.selection import BasicIndexer
+from zarrx.storage import LocalStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest, WrapperStore
+
+SELECTIONS = [
+    np.s_[...],
+    np.s_[3:47, 5:29],
+    np.s_[::3, ::-2],
+    np.s_[-1:2:-5, 7],
+    np.s_[11, 3:4],
+    np.s_[12, 22],
+    np.s_[44:, 30:],  # the edge shards, cut by the array's end
+    np.s_[5:5, :],  # empty
+]
+
+
+def _data(shape=(50, 33)) -> np.ndarray:
+    return np.arange(np.prod(shape), dtype="f4").reshape(shape) * 0.5
+
+
+def _sharded(path, **kwargs):
+    array = zarrx.create_array(str(path), shape=(50, 33), chunks=(4, 5), shards=(8, 15), dtype="f4", fill_value=-1, **kwargs)
+    array[...] = _data()
+    return array
+
+
+class Remote(WrapperStore):
+    """The same store through get_ranges: the batched path of stores with round trips."""
+
+    def get_ranges(self, requests, *, max_size=None):
+        return super().get_ranges(requests, max_size=max_size)
+
+
+# -- the store's range readers ---------------------------------------------------------------------
+def test_a_local_range_reader_reads_one_version_of_the_file(tmp_path):
+    store = LocalStore(tmp_path)
+    store.set("a/b", b"0123456789")
+    with store.range_readers() as open_value:
+        value = open_value("a/b")
+        assert (value.key, value.size) == ("a/b", 10)
+        store.set("a/b", b"abcdefghijklmnop")  # renamed over it: the open file is the old one
+        assert value.read(SuffixByteRequest(3)) == b"789"
+        assert value.read(RangeByteRequest(8, 20)) == b"89"
+        buffer = bytearray(4)
+        assert value.readinto(2, memoryview(buffer)) == 4 and buffer == b"2345"
+        assert value.readinto(8, memoryview(buffer)) == 2  # short only at the end
+        assert open_value("a/missing") is None and open_value("a") is None  # a folder is not a value
+    assert store.get("a/b") == b"abcdefghijklmnop"
+
+
+def test_a_range_reader_keeps_the_stores_link_rules(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "inside").write_bytes(b"data")
+    os.symlink(outside, root / "leak")
+    os.symlink(root / "inside", root / "alias")
+    with LocalStore(root).range_readers() as open_value:
+        with pytest.raises(OutsideStoreError, match="leak"):
+            open_value("leak")
+        assert open_value("alias").read() == b"data"
+    with LocalStore(root, follow_external_links=True).range_readers() as open_value:
+        assert open_value("leak").read() == b"secret"
+
+
+def test_range_readers_are_offered_only_where_reads_are_plain_file_reads(tmp_path):
+    store = LocalStore(tmp_path)
+    store.set("k", b"v")
+    with WrapperStore(store).range_readers() as open_value:
+        assert open_value("k").read() == b"v"  # a wrapper changing nothing forwards them
+    for other in (MetricsStore(store), Remote(store), MemoryStore({"k": b"v"})):
+        with other.range_readers() as open_value:
+            assert open_value is None, other  # counting, other get_ranges, no files: none
+
+
+def test_a_range_readers_block_closes_what_it_opened(tmp_path):
+    store = LocalStore(tmp_path)
+    store.set("k", b"value")
+    before = len(os.listdir("/proc/self/fd"))
+    with store.range_readers() as open_value:
+        values = [open_value("k") for _ in range(20)]
+        assert len(os.listdir("/proc/self/fd")) == before + 20
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert values[0].size == 5
+
+
+# -- reads -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("selection", SELECTIONS, ids=str)
+def test_opened_shard_reads_equal_the_data_and_the_batched_path(tmp_path, selection):
+    array = _sharded(tmp_path)
+    expected = _data()[selection]
+    np.testing.assert_array_equal(array[selection], expected)
+    batched = zarrx.open_array(Remote(LocalStore(tmp_path)))
+    np.testing.assert_array_equal(batched[selection], expected)
+    np.testing.assert_array_equal(array.oindex[selection] if selection != np.s_[...] else array[...], expected)
+
+
+def test_missing_shards_and_empty_inner_chunks_read_as_the_fill_value(tmp_path):
+    array = zarrx.create_array(str(tmp_path), shape=(50, 33), chunks=(4, 5), shards=(8, 15), dtype="f4", fill_value=-1)
+    array[9:11, 16:18] = 7  # one shard, one inner chunk of it; the rest of it is empty
+    expected = np.full((50, 33), -1, dtype="f4")
+    expected[9:11, 16:18] = 7
+    for selection in SELECTIONS:
+        np.testing.assert_array_equal(array[selection], expected[selection])
+
+
+def test_index_arrays_read_through_the_object_plans(tmp_path):
+    array = _sharded(tmp_path)
+    rows, columns = np.array([0, 17, 49, 3]), np.array([32, 0, 5])
+    assert shard_table(array.handle, zarrx.io.selection.OrthogonalIndexer((rows, columns), array.shape, (4, 5))) is None
+    np.testing.assert_array_equal(array.oindex[rows, columns], _data()[np.ix_(rows, columns)])
+    np.testing.assert_array_equal(array.vindex[rows[:3], columns], _data()[rows[:3], columns])
+
+
+def test_the_shard_table_plans_what_plan_objects_plans(tmp_path):
+    array = _sharded(tmp_path)
+    handle = array.handle
+    for selection in SELECTIONS:
+        indexer = BasicIndexer(selection, handle.shape, handle.io_chunk_shape)
+        planned = {plan.key: [projection.chunk_coords for _, projection in plan.pieces] for plan in plan_objects(handle, indexer)}
+        table = {
+            key: [coords for _, coords, _, _ in table_rows(per_dimension, kept)]
+            for key, _, per_dimension, _, kept in shard_table(handle, BasicIndexer(selection, handle.shape, handle.io_chunk_shape))
+        }
+        assert table == planned, selection
+
+
+def test_explain_shows_an_index_read_per_shard_and_a_read_per_inner_chunk(tmp_path):
+    array = _sharded(tmp_path)
+    plan = array.explain(np.s_[6:10, 3:7])  # 2 shards, 2 inner chunks of each
+    kinds = [(request.kind, request.key, request.chunks) for request in plan.requests]
+    assert kinds == [
+        ("shard index", "c/0/0", ()), ("inner chunks", "c/0/0", ((1, 0),)), ("inner chunks", "c/0/0", ((1, 1),)),
+        ("shard index", "c/1/0", ()), ("inner chunks", "c/1/0", ((2, 0),)), ("inner chunks", "c/1/0", ((2, 1),)),
+    ]  # fmt: skip
+    unread = array.explain(np.s_[6:10, 3:7], read_index=False)
+    assert [request.kind for request in unread.requests] == ["shard index"] * 2
+    assert not unread.exact
+
+
+# -- damage ------------------------------------------------------------------------------------------
+def test_an_index_pointing_past_the_end_of_the_file_is_refused_naming_the_shard(tmp_path):
+    array = _sharded(tmp_path)
+    path = tmp_path / "c" / "1" / "0"
+    raw = path.read_bytes()
+    index_size = 16 * 2 * 3 + 4  # 2 x 3 inner chunks, then the crc32c
+    path.write_bytes(raw[: len(raw) // 3] + raw[-index_size:])  # the data cut, the index kept
+    with pytest.raises(ChunkDecodeError, match=r"'c/1/0'.*points past the end"):
+        array[8:16, 0:15]
+
+
+class CutAfterIndex(WrapperStore):
+    """A local store whose shards are changed on disk right after their index is read."""
+
+    def __init__(self, inner, change):
+        super().__init__(inner)
+        self.change = change
+
+    def range_readers(self, max_size=None):
+        store, change = self.inner, self.change
+
+        class Opened:
+            def __init__(self, value):
+                self.value, self.key, self.size = value, value.key, value.size
+
+            def read(self, byte_range=None):
+                data = self.value.read(byte_range)
+                change(store, self.key)
+                return data
+
+            def readinto(self, start, buffer):
+                return self.value.readinto(start, buffer)
+
+        class Readers:
+            def __enter__(self_):
+                self_.context = store.range_readers(max_size)
+                open_value = self_.context.__enter__()
+                return lambda key: None if (value := open_value(key)) is None else Opened(value)
+
+            def __exit__(self_, *exc):
+                return self_.context.__exit__(*exc)
+
+        return Readers()
+
+
+def test_a_shard_cut_short_while_being_read_is_an_error_not_stale_bytes(tmp_path):
+    _sharded(tmp_path)
+    array = zarrx.open_array(CutAfterIndex(LocalStore(tmp_path), lambda store, key: os.truncate(store.local_path(key), 10)))
+    with pytest.raises(ChunkDecodeError, match=r"'c/1/0' inner chunk \(2, 0\): the shard ended .* cut short"):
+        array[8:12, 0:5]
+
+
+def test_a_shard_replaced_while_being_read_is_read_whole_from_its_old_version(tmp_path):
+    _sharded(tmp_path)
+    replacement = zarrx.create_array(str(tmp_path / "other"), shape=(50, 33), chunks=(4, 5), shards=(8, 15), dtype="f4")
+    replacement[...] = -_data()
+
+    def replace(store, key):
+        store.set(key, (tmp_path / "other" / key).read_bytes())
+
+    array = zarrx.open_array(CutAfterIndex(LocalStore(tmp_path), replace))
+    np.testing.assert_array_equal(array[8:16, 0:15], _data()[8:16, 0:15])  # the version it opened
+    np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[8:16, 0:15], -_data()[8:16, 0:15])
+
+
+def test_reading_thousands_of_shards_keeps_the_open_files_bounded(tmp_path):
+    # 1,200 shards of one inner chunk each, read whole with at most 400 descriptors
+    script = f"""
+import resource, numpy as np, zarrx
+array = zarrx.create_array({str(tmp_path)!r}, shape=(1200, 4), chunks=(1, 4), shards=(1, 4), dtype="i4")
+array[...] = np.arange(4800, dtype="i4").reshape(1200, 4)
+resource.setrlimit(resource.RLIMIT_NOFILE, (400, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+assert (zarrx.open_array({str(tmp_path)!r})[...] == np.arange(4800).reshape(1200, 4)).all()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# -- handing runs to the pool as they are planned ----------------------------------------------------
+def test_map_stream_works_on_parts_while_the_caller_still_makes_them():
+    if pool_size() < 2:
+        pytest.skip("needs a pool of two threads")
+    first_taken, seen, lock = threading.Event(), [], threading.Lock()
+
+    def parts():
+        yield 0
+        # the pool has the first part before the caller makes the second
+        assert first_taken.wait(10), "no pool thread took the first part"
+        yield from range(1, 50)
+
+    def work(part):
+        with lock:
+            seen.append(part)
+        first_taken.set()
+
+    map_stream(work, parts(), caller_works=True)
+    assert sorted(seen) == list(range(50))
+
+
+def test_map_stream_raises_the_first_error_of_the_caller_or_a_worker():
+    def failing_parts():
+        yield from range(5)
+        raise ValueError("planning failed")
+
+    with pytest.raises(ValueError, match="planning failed"):
+        map_stream(lambda part: None, failing_parts(), caller_works=True)
+
+    def work(part):
+        if part == 7:
+            raise KeyError("part 7")
+
+    with pytest.raises(KeyError, match="part 7"):
+        map_stream(work, range(20), caller_works=True)
+    # the pool is not left waiting: later calls run normally
+    done = []
+    map_stream(done.append, range(10), caller_works=False)
+    assert sorted(done) == list(range(10))
