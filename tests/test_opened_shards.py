@@ -21,20 +21,9 @@ from zarrx.io.plan import plan_objects, shard_table, table_rows
 from zarrx.io.selection import BasicIndexer
 from zarrx.storage import LocalStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest, WrapperStore
 
-SELECTIONS = [
-    np.s_[...],
-    np.s_[3:47, 5:29],
-    np.s_[::3, ::-2],
-    np.s_[-1:2:-5, 7],
-    np.s_[11, 3:4],
-    np.s_[12, 22],
-    np.s_[44:, 30:],  # the edge shards, cut by the array's end
-    np.s_[5:5, :],  # empty
-]
+from tests.test_small_chunks import SELECTIONS as CHUNK_SELECTIONS, _data
 
-
-def _data(shape=(50, 33)) -> np.ndarray:
-    return np.arange(np.prod(shape), dtype="f4").reshape(shape) * 0.5
+SELECTIONS = [*CHUNK_SELECTIONS, np.s_[44:, 30:]]  # and the edge shards, cut by the array's end
 
 
 def _sharded(path, **kwargs):

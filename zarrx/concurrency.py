@@ -113,19 +113,7 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
 
     pool = _get_pool()
     helpers = [pool.submit(drain) for _ in range(min(workers - 1 if caller_works else workers, groups))]
-    errors: list[BaseException] = []
-    try:
-        if caller_works:
-            drain()
-    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
-        errors.append(error)
-    for helper in helpers:
-        try:
-            helper.result()
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-    if errors:
-        raise errors[0]
+    _join(helpers, [], drain if caller_works else None)
     return results
 
 
@@ -174,11 +162,17 @@ def map_stream(function: Callable[[T], Any], parts: Iterable[T], *, caller_works
         errors.append(error)
     for _ in range(len(helpers) + caller_works):
         ready.put(stop)
-    if caller_works:
-        try:
-            drain()
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
+    _join(helpers, errors, drain if caller_works else None)
+
+
+def _join(helpers: list[Future[Any]], errors: list[BaseException], caller: Callable[[], None] | None) -> None:
+    """The calling thread's share of the work (``caller``), then the pool's: raises the first
+    error once every helper has stopped (``errors``: those met before)."""
+    try:
+        if caller is not None:
+            caller()
+    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
+        errors.append(error)
     for helper in helpers:
         try:
             helper.result()
