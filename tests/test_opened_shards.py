@@ -233,15 +233,16 @@ def test_map_stream_works_on_parts_while_the_caller_still_makes_them():
     first_taken, seen, lock = threading.Event(), [], threading.Lock()
 
     def parts():
-        yield 0
-        # the pool has the first part before the caller makes the second
-        assert first_taken.wait(10), "no pool thread took the first part"
-        yield from range(1, 50)
+        yield from (0, 1)  # (a single part would run on the calling thread, with no hand-off)
+        # the pool has taken one before the caller makes the third
+        assert first_taken.wait(10), "no pool thread took a part"
+        yield from range(2, 50)
 
     def work(part):
         with lock:
             seen.append(part)
-        first_taken.set()
+        if threading.current_thread() is not threading.main_thread():
+            first_taken.set()
 
     map_stream(work, parts(), caller_works=True)
     assert sorted(seen) == list(range(50))

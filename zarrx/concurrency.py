@@ -130,13 +130,15 @@ def map_stream(function: Callable[[T], Any], parts: Iterable[T], *, caller_works
     """``function(part)`` for each of ``parts``, which the calling thread makes one by one (planning
     them, say) while the pool threads work on those made so far; with ``caller_works`` the caller
     then takes parts too, as :func:`map_concurrent` does. Each part is taken once, by whichever
-    thread is free first. The first error (the caller's included) stops the others from taking
-    new parts and is raised."""
-    workers = pool_size()
-    if workers == 1 or in_pool():
-        for part in parts:
+    thread is free first; a single part runs on the calling thread. The first error (the
+    caller's included) stops the others from taking new parts and is raised."""
+    parts = iter(parts)
+    started = list(itertools.islice(parts, 2))
+    if len(started) < 2 or pool_size() == 1 or in_pool():  # a single part runs here, no hand-off
+        for part in itertools.chain(started, parts):
             function(part)
         return
+    workers = pool_size()
     ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
     stop, failed = object(), threading.Event()
 
@@ -153,7 +155,7 @@ def map_stream(function: Callable[[T], Any], parts: Iterable[T], *, caller_works
     helpers = [pool.submit(drain) for _ in range(workers - 1 if caller_works else workers)]
     errors: list[BaseException] = []
     try:
-        for part in parts:
+        for part in itertools.chain(started, parts):
             if failed.is_set():
                 break
             ready.put(part)

@@ -109,6 +109,8 @@ class ShardingCodec(ArrayBytesCodec):
         object.__setattr__(self, "codecs", _pipeline(self.codecs, "codecs: sharding_indexed.codecs"))
         object.__setattr__(self, "index_codecs", _pipeline(self.index_codecs, "codecs: sharding_indexed.index_codecs"))
         parse_choice(self.name, "index_location", self.index_location, ("start", "end"))
+        # one index spec object per shard shape: the index pipeline plans each spec object once
+        object.__setattr__(self, "_index_specs", {})
 
     @classmethod
     def from_json(cls, configuration: Mapping[str, Any]) -> "ShardingCodec":
@@ -139,7 +141,12 @@ class ShardingCodec(ArrayBytesCodec):
         return ChunkSpec(self.chunk_shape, spec.data_type, spec.fill_value)
 
     def index_spec(self, spec: ChunkSpec) -> ChunkSpec:
-        return ChunkSpec((*self.chunks_per_shard(spec), 2), _uint64(), EMPTY)
+        found = self._index_specs.get(spec.shape)
+        if found is None:
+            if len(self._index_specs) >= 64:  # a rectilinear grid's few shard shapes, bounded
+                self._index_specs.clear()
+            found = self._index_specs[spec.shape] = ChunkSpec((*self.chunks_per_shard(spec), 2), _uint64(), EMPTY)
+        return found
 
     def index_size(self, spec: ChunkSpec) -> int:
         size = self.index_codecs.encoded_size(self.index_spec(spec))
