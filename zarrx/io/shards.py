@@ -82,7 +82,15 @@ def read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], out
 def _table_shards(table: Iterator[ShardRows]) -> Iterator[_Shard]:
     for key, coords, per_dimension, local, kept in table:
         rows = ((chunk_coords, outs, selection) for _, chunk_coords, outs, selection in table_rows(per_dimension, kept))
-        yield key, coords, np.ix_(*local), rows, math.prod(map(len, local))
+        yield key, coords, _entries_of(local), rows, math.prod(map(len, local))
+
+
+def _entries_of(local: list[list[int]]) -> Any:
+    """The index entries of the product of ``local`` (indexes within the shard per dimension):
+    slices where each is a run of consecutive indexes (a slice selection's), else ``np.ix_``."""
+    if all(indexes[-1] - indexes[0] == len(indexes) - 1 for indexes in local):
+        return tuple(slice(indexes[0], indexes[-1] + 1) for indexes in local)
+    return np.ix_(*local)
 
 
 def _plan_shard(plan: ObjectPlan, decoder: ChunkDecoder) -> _Shard:
