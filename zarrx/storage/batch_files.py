@@ -100,7 +100,8 @@ def folder_writer(root: RootFolder) -> Iterator[Callable[[str, Any], None]]:
         path, _, name = key.rpartition("/")
         folder = folders.get(path)
         if folder is None and (folder := folders.open(path, missing_ok=True)) is None:
-            root.write(key, value)  # a folder to create, or a way the walk must decide
+            # a folder to create, or a way the walk must decide
+            root.write(key, value, kernel_tried=True)
             return
         temporary = f".{name}.{prefix}{next(counter) % 2**32:08x}.tmp"
         try:

@@ -56,6 +56,7 @@ from zarrx.storage.folder_calls import (
     DescriptorCalls,
     PathCalls,
     regular,
+    write_all,
 )
 
 __all__ = ["RootFolder", "RACE_FREE", "MAX_LINKS", "RESOLUTIONS"]
@@ -92,13 +93,19 @@ class _Walk:
         #: the parts of the key still to walk after the current step (for a path out of the root)
         self.rest: list[str] = list(self.tail)
         self.calls = root.calls
-        if create:
+        try:
+            self.stack = [self.calls.open_root(root.path)]
+        except FileNotFoundError:
+            if not create:
+                raise
             os.makedirs(root.path, exist_ok=True)  # the root is the store: trusted, made as given
-        self.stack = [self.calls.open_root(root.path)]
+            self.stack = [self.calls.open_root(root.path)]
         self.opened = list(self.stack)
         self.names: list[str] = []  # the folders of the stack below the root, by name
         self.entries: list[tuple[Any, str]] = []
         self.links = 0
+        #: whether the walk's current folder was just made by it: what is below it is new too
+        self.made = False
 
     @property
     def folder(self) -> Any:
@@ -130,6 +137,7 @@ class _Walk:
                     raise _Outside(os.path.join(self.root.path, part, *pending, *self.rest), link, target)
                 self.stack.pop()
                 self.names.pop()
+                self.made = False
                 continue
             try:
                 folder = self._open_folder(part)
@@ -143,13 +151,19 @@ class _Walk:
             self.names.append(part)
 
     def _open_folder(self, name: str) -> Any:
+        """The folder ``name`` of the current folder, opened (made first when the walk creates)."""
+        if not self.made:
+            try:
+                return self.calls.open_folder(self.folder, name)
+            except FileNotFoundError:
+                if not self.create:
+                    raise
+        # missing, or in a folder this walk has just made (so surely missing): make it
         try:
-            return self.calls.open_folder(self.folder, name)
-        except FileNotFoundError:
-            if not self.create:
-                raise
-        with contextlib.suppress(FileExistsError):  # made meanwhile by another writer
             self.calls.mkdir(self.folder, name)
+            self.made = True
+        except FileExistsError:  # made meanwhile by another writer
+            self.made = False
         return self.calls.open_folder(self.folder, name)
 
     def follow(self, name: str, error: OSError, pending: Iterable[str] = ()) -> list[str]:
@@ -347,16 +361,18 @@ class RootFolder:
         return sorted(found)
 
     # -- writing -----------------------------------------------------------------------------
-    def write(self, key: str, value: Any) -> None:
+    def write(self, key: str, value: Any, *, kernel_tried: bool = False) -> None:
         """Store ``value`` under ``key``: a temporary file beside it, renamed over it.
 
-        Retries when a concurrent deletion removes the (empty) folder between the walk and the
-        creation of the temporary file.
+        ``kernel_tried`` says the caller has just tried to open the key's folder below the root in
+        one call (:meth:`open_beneath`) and could not (missing, or for the walk to decide): the walk
+        runs at once. Retries when a concurrent deletion removes the (empty) folder between
+        the walk and the creation of the temporary file.
         """
         *folders, name = key.split("/")
         temporary = f".{name}.{uuid.uuid4().hex}.tmp"
         with contextlib.suppress(FileNotFoundError):  # the folder is missing: the walk makes it
-            folder = self.open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
+            folder = None if kernel_tried else self.open_beneath("/".join(folders), FOLDER_FLAGS & ~NOFOLLOW)
             if folder is not None:
                 try:
                     return self.write_in(self.calls, folder, name, temporary, value)
@@ -379,8 +395,10 @@ class RootFolder:
         over ``name`` there (the temporary file removed on any failure)."""
         descriptor = calls.open_file(folder, temporary, TEMPORARY_FLAGS)
         try:
-            with open(descriptor, "wb") as file:
-                file.write(value)
+            try:
+                write_all(descriptor, value)
+            finally:
+                os.close(descriptor)
             calls.replace(folder, temporary, name)
         except BaseException:
             with contextlib.suppress(OSError):
