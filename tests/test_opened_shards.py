@@ -1,21 +1,18 @@
 """Sharded reads from opened shards (zarrx.io.shards): a local store opens each shard once
 (``Store.range_readers``), reads its index from the open file and lets the decoding threads read
 the inner chunks from it; the shard table (zarrx.io.plan.shard_table) plans product selections
-without a projection per inner chunk; concurrency.map_stream hands the runs to the pool as they
-are planned."""
+without a projection per inner chunk."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 
 import zarrx
-from zarrx.concurrency import map_stream, pool_size
 from zarrx.errors import ChunkDecodeError, OutsideStoreError
 from zarrx.io.plan import plan_objects, shard_table, table_rows
 from zarrx.io.selection import BasicIndexer
@@ -224,45 +221,3 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
-
-
-# -- handing runs to the pool as they are planned ----------------------------------------------------
-def test_map_stream_works_on_parts_while_the_caller_still_makes_them():
-    if pool_size() < 2:
-        pytest.skip("needs a pool of two threads")
-    first_taken, seen, lock = threading.Event(), [], threading.Lock()
-
-    def parts():
-        yield from (0, 1)  # (a single part would run on the calling thread, with no hand-off)
-        # the pool has taken one before the caller makes the third
-        assert first_taken.wait(10), "no pool thread took a part"
-        yield from range(2, 50)
-
-    def work(part):
-        with lock:
-            seen.append(part)
-        if threading.current_thread() is not threading.main_thread():
-            first_taken.set()
-
-    map_stream(work, parts(), caller_works=True)
-    assert sorted(seen) == list(range(50))
-
-
-def test_map_stream_raises_the_first_error_of_the_caller_or_a_worker():
-    def failing_parts():
-        yield from range(5)
-        raise ValueError("planning failed")
-
-    with pytest.raises(ValueError, match="planning failed"):
-        map_stream(lambda part: None, failing_parts(), caller_works=True)
-
-    def work(part):
-        if part == 7:
-            raise KeyError("part 7")
-
-    with pytest.raises(KeyError, match="part 7"):
-        map_stream(work, range(20), caller_works=True)
-    # the pool is not left waiting: later calls run normally
-    done = []
-    map_stream(done.append, range(10), caller_works=False)
-    assert sorted(done) == list(range(10))

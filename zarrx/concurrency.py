@@ -21,14 +21,15 @@ import functools
 import itertools
 import math
 import os
-import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["map_concurrent", "map_runs", "map_stream", "pool_size", "scratch_array", "start_beside", "in_pool"]
+__all__ = [
+    "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
+]  # fmt: skip
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -113,7 +114,19 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
 
     pool = _get_pool()
     helpers = [pool.submit(drain) for _ in range(min(workers - 1 if caller_works else workers, groups))]
-    _join(helpers, [], drain if caller_works else None)
+    errors: list[BaseException] = []
+    try:
+        if caller_works:
+            drain()
+    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
+        errors.append(error)
+    for helper in helpers:
+        try:
+            helper.result()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+    if errors:
+        raise errors[0]
     return results
 
 
@@ -124,64 +137,6 @@ def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller
     size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
     runs = [items[start : start + size] for start in range(0, len(items), size)]
     return map_concurrent(function, runs, caller_works=caller_works)
-
-
-def map_stream(function: Callable[[T], Any], parts: Iterable[T], *, caller_works: bool = False) -> None:
-    """``function(part)`` for each of ``parts``, which the calling thread makes one by one (planning
-    them, say) while the pool threads work on those made so far; with ``caller_works`` the caller
-    then takes parts too, as :func:`map_concurrent` does. Each part is taken once, by whichever
-    thread is free first; a single part runs on the calling thread. The first error (the
-    caller's included) stops the others from taking new parts and is raised."""
-    parts = iter(parts)
-    started = list(itertools.islice(parts, 2))
-    if len(started) < 2 or pool_size() == 1 or in_pool():  # a single part runs here, no hand-off
-        for part in itertools.chain(started, parts):
-            function(part)
-        return
-    workers = pool_size()
-    ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    stop, failed = object(), threading.Event()
-
-    def drain() -> None:
-        try:
-            while (part := ready.get()) is not stop:
-                if not failed.is_set():  # after an error: only empty the queue
-                    function(part)
-        except BaseException:
-            failed.set()
-            raise
-
-    pool = _get_pool()
-    helpers = [pool.submit(drain) for _ in range(workers - 1 if caller_works else workers)]
-    errors: list[BaseException] = []
-    try:
-        for part in itertools.chain(started, parts):
-            if failed.is_set():
-                break
-            ready.put(part)
-    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
-        failed.set()
-        errors.append(error)
-    for _ in range(len(helpers) + caller_works):
-        ready.put(stop)
-    _join(helpers, errors, drain if caller_works else None)
-
-
-def _join(helpers: list[Future[Any]], errors: list[BaseException], caller: Callable[[], None] | None) -> None:
-    """The calling thread's share of the work (``caller``), then the pool's: raises the first
-    error once every helper has stopped (``errors``: those met before)."""
-    try:
-        if caller is not None:
-            caller()
-    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
-        errors.append(error)
-    for helper in helpers:
-        try:
-            helper.result()
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-    if errors:
-        raise errors[0]
 
 
 def in_pool() -> bool:
@@ -209,3 +164,15 @@ def scratch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         if nbytes <= MAX_KEPT_SCRATCH_BYTES:
             _scratch.buffer = buffer
     return buffer[:nbytes].view(dtype).reshape(shape)
+
+
+def scratch_bytes(nbytes: int) -> memoryview:
+    """``nbytes`` writeable bytes of this thread's second scratch buffer, beside
+    :func:`scratch_array`'s (stored bytes read before they are decoded into that one); the next
+    call on the same thread reuses them, as there."""
+    buffer = getattr(_scratch, "stored", None)
+    if buffer is None or len(buffer) < nbytes:
+        buffer = bytearray(nbytes)
+        if nbytes <= MAX_KEPT_SCRATCH_BYTES:
+            _scratch.stored = buffer
+    return memoryview(buffer)[:nbytes]

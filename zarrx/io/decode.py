@@ -18,7 +18,7 @@ import numpy as np
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
-from zarrx.concurrency import map_concurrent, map_runs, map_stream, scratch_array
+from zarrx.concurrency import map_concurrent, map_runs, scratch_array, scratch_bytes
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
@@ -44,26 +44,18 @@ class StoredRange(NamedTuple):
     end: int
 
 
-class _RangeBuffer:
-    """Reads :class:`StoredRange` s into one buffer, reused for every range a loop reads (no
-    fresh memory per inner chunk); each read's bytes last until the next read."""
+def _read_stored(stored: StoredRange, key: str, coords: tuple[int, ...]) -> memoryview:
+    """The bytes of ``stored``, read into this thread's scratch bytes (valid until its next read)."""
+    value, start, end = stored
+    view = scratch_bytes(end - start)
+    found = value.readinto(start, view)
+    if found != end - start:  # the index was checked against the file's size when it was opened
+        raise ChunkDecodeError(
+            f"chunk {key!r} inner chunk {coords}: the shard ended at byte {start + found} while reading bytes "
+            f"[{start}, {end}) its index gives (it was cut short in place while being read)"
+        )
+    return view
 
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-
-    def read(self, stored: StoredRange, key: str, coords: tuple[int, ...]) -> memoryview:
-        value, start, end = stored
-        size = end - start
-        if len(self.buffer) < size:
-            self.buffer = bytearray(size)
-        view = memoryview(self.buffer)[:size]
-        found = value.readinto(start, view)
-        if found != size:  # the index was checked against the file's size when it was opened
-            raise ChunkDecodeError(
-                f"chunk {key!r} inner chunk {coords}: the shard ended at byte {start + found} while reading bytes "
-                f"[{start}, {end}) its index gives (it was cut short in place while being read)"
-            )
-        return view
 
 #: chunks smaller than this decode faster on one thread: per-chunk Python work holds
 #: the GIL longer than the codec releases it (measured: 2.5 KiB float32 zstd chunks,
@@ -192,10 +184,9 @@ class ChunkDecoder:
         if direct is not None:
             scratch = scratch_array(spec.shape, spec.dtype)
             scratch_bytes = scratch.reshape(-1).view(np.uint8)
-        ranges = _RangeBuffer()
         for raw, key, out_selection, chunk_selection, coords in items:
             if type(raw) is StoredRange:
-                raw = ranges.read(raw, key, coords)
+                raw = _read_stored(raw, key, coords)
             if raw is None:
                 out[out_selection] = fill_value
             elif direct is None or (chunk_selection is None and self.direct_out):
@@ -210,15 +201,6 @@ class ChunkDecoder:
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
             # chunks of 2 MiB, 25% of the read's time)
             raw = None
-
-    def run_parts(self, parts: Iterable[list[Item]]) -> None:
-        """:meth:`put_many` over each list of ``parts`` as the caller makes them: on the pool while
-        it makes the next ones, then on this thread too (when the chunks are worth threads)."""
-        if not self.threaded:
-            for items in parts:
-                self.put_many(items)
-            return
-        map_stream(self.put_many, parts, caller_works=caller_can_work(self.pipeline))
 
     def run_items(self, items: list[Item]) -> None:
         """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here."""

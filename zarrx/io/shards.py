@@ -2,7 +2,9 @@
 
 Two ways, by what the store can do:
 
-* **Opened shards** (stores with ``range_readers``: a local folder). Each shard of a batch is
+* **Opened shards** (stores with ``range_readers``: a local folder). A selection of slices and
+  ints is planned per dimension (:func:`zarrx.io.plan.shard_table`: no projection object per
+  inner chunk, a shard's index entries looked up in one call). Each shard of a batch is
   opened once; its index is read from the open file and checked against the file's size, and
   each wanted inner chunk becomes a :class:`~zarrx.io.decode.StoredRange` that the thread
   decoding it reads itself, into a buffer it reuses -- reading overlaps decoding, no compressed
@@ -37,9 +39,6 @@ __all__ = ["read_shards", "OPEN_SHARD_PIECES"]
 #: inner chunks an opened-shards batch plans at once; a shard counts as 64 at least, so a batch
 #: keeps at most 256 shards open
 OPEN_SHARD_PIECES = 16384
-#: decoded bytes of inner chunks a pool thread takes at a time (two of 64 KiB): small enough that
-#: the threads finish a read together, large enough that handing out costs little
-RUN_BYTES = 128 * 1024
 
 #: an index entry's offset and size when the inner chunk is empty
 _EMPTY = int(EMPTY)
@@ -65,12 +64,9 @@ def read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], out
             lambda plan: _plan_shard(plan, decoder), plan_objects(handle, projections))
         for part in split_batches(shards, lambda shard: max(shard[4], 64), OPEN_SHARD_PIECES):
             with fetcher.value_readers() as open_value:
-                runs = _opened_shard_runs(handle, part, fetcher, open_value, decoder)
-                if fetcher.dry:
-                    for _ in runs:
-                        pass
-                else:
-                    decoder.run_parts(runs)
+                items = _opened_shard_items(handle, part, fetcher, open_value, decoder)
+                if not fetcher.dry:
+                    decoder.run_items(items)
         return
     # large reads go in batches of whole shards, so no shard's index is read twice
     for batch in batches(handle, list(plan_objects(handle, projections)), out.nbytes):
@@ -100,36 +96,35 @@ def _plan_shard(plan: ObjectPlan, decoder: ChunkDecoder) -> _Shard:
     return plan.key, plan.coords, where, rows, len(plan.pieces)
 
 
-def _opened_shard_runs(
+def _opened_shard_items(
     handle: ArrayHandle, part: list[_Shard], fetcher: Fetcher, open_value: Callable[[str], RangeReader | None],
     decoder: ChunkDecoder,
-) -> Iterator[list[Item]]:
-    """What :meth:`ChunkDecoder.put_many` takes for the inner chunks of ``part``, in runs of about
-    :data:`RUN_BYTES` decoded bytes, each shard's as soon as it is opened and its index read; a
-    wanted inner chunk is a :class:`StoredRange` of its open shard."""
+) -> list[Item]:
+    """What :meth:`ChunkDecoder.put_many` takes for the inner chunks of ``part``, each shard opened
+    and its index read; a wanted inner chunk is a :class:`StoredRange` of its open shard."""
     codec, spec_of, index_ranges = handle.sharding, handle.object_spec, {}
-    run_length = max(1, RUN_BYTES // max(1, decoder.spec.nbytes or 0))
+    items: list[Item] = []
     for key, coords, where, rows, _ in part:
         spec = spec_of(coords)
         if spec.shape not in index_ranges:  # one index size per shard shape (one on a regular grid)
             index_ranges[spec.shape] = codec.index_range(spec)
         value, raw = fetcher.shard_index(open_value, (key, index_ranges[spec.shape], SHARD_INDEX, ()))
         if value is None or raw is None:  # absent: all fill value (or a dry run reading no index)
-            items: list[Item] = [(None, key, outs, selection, chunk_coords) for chunk_coords, outs, selection in rows]
-        else:
-            entries = codec.read_index(raw, spec, key, whole=False, shard_size=value.size).entries
-            items = [
-                (None if offset == _EMPTY and nbytes == _EMPTY else StoredRange(value, offset, offset + nbytes),
-                 key, outs, selection, chunk_coords)
-                for (offset, nbytes), (chunk_coords, outs, selection) in zip(entries[where].reshape(-1, 2).tolist(), rows)
-            ]  # fmt: skip
-            if fetcher.dry:
-                fetcher.inner_chunks([
-                    (key, RangeByteRequest(raw.start, raw.end), INNER_CHUNKS, (chunk_coords,))
-                    for raw, _, _, _, chunk_coords in items if raw is not None
-                ])  # fmt: skip
-        for start in range(0, len(items), run_length):
-            yield items[start : start + run_length]
+            items.extend((None, key, outs, selection, chunk_coords) for chunk_coords, outs, selection in rows)
+            continue
+        entries = codec.read_index(raw, spec, key, whole=False, shard_size=value.size).entries
+        shard_items = [
+            (None if offset == _EMPTY and nbytes == _EMPTY else StoredRange(value, offset, offset + nbytes),
+             key, outs, selection, chunk_coords)
+            for (offset, nbytes), (chunk_coords, outs, selection) in zip(entries[where].reshape(-1, 2).tolist(), rows)
+        ]  # fmt: skip
+        if fetcher.dry:
+            fetcher.inner_chunks([
+                (key, RangeByteRequest(stored.start, stored.end), INNER_CHUNKS, (chunk_coords,))
+                for stored, _, _, _, chunk_coords in shard_items if stored is not None
+            ])  # fmt: skip
+        items.extend(shard_items)
+    return items
 
 
 def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fetcher) -> list[_Job]:
