@@ -171,8 +171,8 @@ def scratch_bytes(nbytes: int) -> memoryview:
     :func:`scratch_array`'s (stored bytes read before they are decoded into that one); the next
     call on the same thread reuses them, as there."""
     buffer = getattr(_scratch, "stored", None)
-    if buffer is None or len(buffer) < nbytes:
-        buffer = bytearray(nbytes)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = np.empty(nbytes, dtype=np.uint8)  # not zeroed, unlike a bytearray
         if nbytes <= MAX_KEPT_SCRATCH_BYTES:
             _scratch.stored = buffer
     return memoryview(buffer)[:nbytes]
