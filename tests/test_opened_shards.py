@@ -221,3 +221,58 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+class CountingReaders(WrapperStore):
+    """A local store whose range readers record what they read: (key, start, end) per read."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.reads = []
+
+    def range_readers(self, max_size=None):
+        store, reads = self.inner, self.reads
+
+        class Counted:
+            def __init__(self, value):
+                self.value, self.key, self.size = value, value.key, value.size
+
+            def read(self, byte_range=None):
+                data = self.value.read(byte_range)
+                start = self.size - len(data) if isinstance(byte_range, SuffixByteRequest) else byte_range.start
+                reads.append((self.key, start, start + len(data)))
+                return data
+
+            def readinto(self, start, buffer):
+                found = self.value.readinto(start, buffer)
+                reads.append((self.key, start, start + found))
+                return found
+
+        class Readers:
+            def __enter__(self_):
+                self_.context = store.range_readers(max_size)
+                open_value = self_.context.__enter__()
+                return lambda key: None if (value := open_value(key)) is None else Counted(value)
+
+            def __exit__(self_, *exc):
+                return self_.context.__exit__(*exc)
+
+        return Readers()
+
+
+@pytest.mark.parametrize("selection", SELECTIONS, ids=str)
+def test_explain_predicts_exactly_the_reads_of_opened_shards(tmp_path, selection):
+    _sharded(tmp_path)
+    store = CountingReaders(LocalStore(tmp_path))
+    array = zarrx.open_array(store)
+    predicted = array.explain(selection)
+    store.reads.clear()
+    np.testing.assert_array_equal(array[selection], _data()[selection])
+    def bounds(request):
+        if isinstance(request.byte_range, RangeByteRequest):
+            return request.key, request.byte_range.start, request.byte_range.end
+        size = os.path.getsize(tmp_path / request.key)  # a suffix: the index at the end
+        return request.key, size - request.byte_range.suffix, size
+
+    assert sorted(store.reads) == sorted(map(bounds, predicted.requests))
+    assert len(store.reads) > 0 or _data()[selection].size == 0
