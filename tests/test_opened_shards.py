@@ -5,6 +5,7 @@ without a projection per inner chunk."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -155,15 +156,19 @@ def test_an_index_pointing_past_the_end_of_the_file_is_refused_naming_the_shard(
         array[8:16, 0:15]
 
 
-class CutAfterIndex(WrapperStore):
-    """A local store whose shards are changed on disk right after their index is read."""
+class Watched(WrapperStore):
+    """A local store whose range readers call ``after_read(value, byte_range, data)`` and
+    ``after_readinto(value, start, found)`` after each read of theirs."""
 
-    def __init__(self, inner, change):
-        super().__init__(inner)
-        self.change = change
+    def after_read(self, value, byte_range, data):
+        pass
 
+    def after_readinto(self, value, start, found):
+        pass
+
+    @contextlib.contextmanager
     def range_readers(self, max_size=None):
-        store, change = self.inner, self.change
+        store = self
 
         class Opened:
             def __init__(self, value):
@@ -171,22 +176,42 @@ class CutAfterIndex(WrapperStore):
 
             def read(self, byte_range=None):
                 data = self.value.read(byte_range)
-                change(store, self.key)
+                store.after_read(self.value, byte_range, data)
                 return data
 
             def readinto(self, start, buffer):
-                return self.value.readinto(start, buffer)
+                found = self.value.readinto(start, buffer)
+                store.after_readinto(self.value, start, found)
+                return found
 
-        class Readers:
-            def __enter__(self_):
-                self_.context = store.range_readers(max_size)
-                open_value = self_.context.__enter__()
-                return lambda key: None if (value := open_value(key)) is None else Opened(value)
+        with self.inner.range_readers(max_size) as open_value:
+            yield lambda key: None if (value := open_value(key)) is None else Opened(value)
 
-            def __exit__(self_, *exc):
-                return self_.context.__exit__(*exc)
 
-        return Readers()
+class CutAfterIndex(Watched):
+    """Each shard changed on disk by ``change(store, key)`` right after its index is read."""
+
+    def __init__(self, inner, change):
+        super().__init__(inner)
+        self.change = change
+
+    def after_read(self, value, byte_range, data):
+        self.change(self.inner, value.key)
+
+
+class CountingReaders(Watched):
+    """What the range readers read: (key, start, end) per read."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.reads = []
+
+    def after_read(self, value, byte_range, data):
+        start = value.size - len(data) if isinstance(byte_range, SuffixByteRequest) else byte_range.start
+        self.reads.append((value.key, start, start + len(data)))
+
+    def after_readinto(self, value, start, found):
+        self.reads.append((value.key, start, start + found))
 
 
 def test_a_shard_cut_short_while_being_read_is_an_error_not_stale_bytes(tmp_path):
@@ -221,43 +246,6 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
-
-
-class CountingReaders(WrapperStore):
-    """A local store whose range readers record what they read: (key, start, end) per read."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.reads = []
-
-    def range_readers(self, max_size=None):
-        store, reads = self.inner, self.reads
-
-        class Counted:
-            def __init__(self, value):
-                self.value, self.key, self.size = value, value.key, value.size
-
-            def read(self, byte_range=None):
-                data = self.value.read(byte_range)
-                start = self.size - len(data) if isinstance(byte_range, SuffixByteRequest) else byte_range.start
-                reads.append((self.key, start, start + len(data)))
-                return data
-
-            def readinto(self, start, buffer):
-                found = self.value.readinto(start, buffer)
-                reads.append((self.key, start, start + found))
-                return found
-
-        class Readers:
-            def __enter__(self_):
-                self_.context = store.range_readers(max_size)
-                open_value = self_.context.__enter__()
-                return lambda key: None if (value := open_value(key)) is None else Counted(value)
-
-            def __exit__(self_, *exc):
-                return self_.context.__exit__(*exc)
-
-        return Readers()
 
 
 @pytest.mark.parametrize("selection", SELECTIONS, ids=str)
