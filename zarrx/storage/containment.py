@@ -284,6 +284,12 @@ class RootFolder:
         :class:`~zarrx.errors.OutsideStoreError` for a link out of the root (unless allowed),
         OSError for anything that is not a regular file.
         """
+        with open(self.open_regular(key), "rb", buffering=0) as file:
+            return use(file)
+
+    def open_regular(self, key: str) -> int:
+        """A descriptor of the regular file of ``key``, opened for reading without blocking (the
+        caller closes it); raises as :meth:`read` does."""
         *folders, name = key.split("/")
         descriptor = self.open_beneath(key, READ_FLAGS & ~NOFOLLOW)
         try:
@@ -294,8 +300,7 @@ class RootFolder:
             if not self.follow_external_links:
                 raise self._refuse(key, outside, "read") from None
             descriptor = os.open(outside.path, READ_FLAGS & ~NOFOLLOW)
-        with open(regular(descriptor, key), "rb", buffering=0) as file:
-            return use(file)
+        return regular(descriptor, key)
 
     def scan(self, key: str) -> list[os.DirEntry[Any]]:
         """The entries of the folder ``key`` ('' for the root)."""

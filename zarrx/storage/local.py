@@ -171,8 +171,7 @@ class LocalStore(Store):
         files: list[_FileRanges] = []
 
         def open_value(key: str) -> RangeReader | None:
-            # the walk's containment rules, then a descriptor of our own that outlives its file object
-            descriptor = self._read(key, lambda file: os.dup(file.fileno()))
+            descriptor = self._reading(key, lambda: self._folder.open_regular(validate_key(key)))
             if descriptor is None:
                 return None
             files.append(reader := _FileRanges(self, key, descriptor))
