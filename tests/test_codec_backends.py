@@ -136,6 +136,72 @@ def test_frame_without_size_fills_exactly_the_expected_size() -> None:
     ZstdCodec().decode_into(empty, np.empty(0, dtype=np.uint8))
 
 
+# -- many frames in one call (decode_many): the frames are checked together, as decode checks one --
+def _frames_of_many_writers(size: int) -> list[bytes]:
+    """Frames of ``size`` bytes from several writers and of several shapes, side by side: zarrx's
+    (with and without a checksum), numcodecs', one without a recorded size, one of several blocks
+    (a small window), and the few bytes of an RLE block (a chunk of one repeated value)."""
+    import zstandard
+
+    data = [field(size, seed=seed) for seed in range(4)]
+    # blocks are at most the window: 1 KiB here
+    blocks = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters(
+        compression_level=3, window_log=10, write_content_size=True))  # fmt: skip
+    return [
+        bytes(ZstdCodec(level=1).encode(data[0])),
+        bytes(ZstdCodec(level=3, checksum=True).encode(data[1])),
+        bytes(numcodecs.zstd.compress(data[2], 1)),
+        zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data[3].tobytes()),
+        blocks.compress(data[0].tobytes()),
+        bytes(ZstdCodec(level=1).encode(np.zeros(size, np.uint8))),
+        bytes(ZstdCodec(level=1, checksum=True).encode(np.zeros(size, np.uint8))),
+    ]
+
+
+@pytest.mark.parametrize("size", [2400, 300 * KiB])
+def test_decode_many_reads_frames_of_every_writer_and_shape(size) -> None:
+    frames = _frames_of_many_writers(size)
+    header_size = zstd_module._frame_header(frames[4])[0]
+    assert not frames[4][header_size] & 1  # its first block is not its last
+    assert len(frames[5]) < zstd_module._HEAD_SIZE or size > 128 * KiB  # shorter than what the batched check reads
+    expected = [bytes(ZstdCodec().decode(frame, size, size)) for frame in frames]
+    for order in (frames, frames[::-1], frames[5:] + frames[:5]):  # each kind first once
+        decoded = ZstdCodec().decode_many(order, size)
+        assert [bytes(chunk) for chunk in decoded] == [expected[frames.index(frame)] for frame in order]
+    views = [np.frombuffer(frame, np.uint8) for frame in frames]  # buffers that are not bytes
+    assert [bytes(chunk) for chunk in ZstdCodec().decode_many(views, size)] == expected
+
+
+BROKEN_FRAMES = {
+    "trailing-byte": lambda frame: frame + b"\x00",
+    "two-frames": lambda frame: frame + frame,
+    "truncated": lambda frame: frame[:-3],
+    "truncated-to-the-header": lambda frame: frame[: zstd_module._frame_header(frame)[0]],
+    "only-the-magic": lambda frame: frame[:4],
+    "empty": lambda frame: b"",
+    "bad-magic": lambda frame: b"\x29" + frame[1:],
+    "reserved-block": lambda frame: _with_byte(frame, zstd_module._frame_header(frame)[0], lambda b: b | 0b110),
+    "reserved-header-bit": lambda frame: _with_byte(frame, 4, lambda b: b | 0x08),
+    "other-declared-size": lambda frame: bytes(ZstdCodec(level=1).encode(field(len(frame) + 7))),
+}
+
+
+def _with_byte(frame: bytes, position: int, change) -> bytes:
+    return frame[:position] + bytes([change(frame[position])]) + frame[position + 1 :]
+
+
+@pytest.mark.parametrize("damage", list(BROKEN_FRAMES))
+@pytest.mark.parametrize("where", [0, 1, 4, 6])  # the first (whose header is the model), a later one
+def test_decode_many_refuses_any_frame_that_is_not_one_whole_frame(damage, where) -> None:
+    size = 2400
+    frames = _frames_of_many_writers(size)
+    frames[where] = BROKEN_FRAMES[damage](frames[where])
+    with pytest.raises(ChunkDecodeError):
+        ZstdCodec().decode_many(frames, size)
+    with pytest.raises(ChunkDecodeError):  # and decode agrees, which names the chunk
+        ZstdCodec().decode(frames[where], size, size)
+
+
 # -- the peers read zarrx's arrays, zarrx reads theirs ---------------------------------------------
 
 PEER_CODECS = [ZstdCodec(level=1), ZstdCodec(level=5, checksum=True), ZstdCodec(level=-3)]

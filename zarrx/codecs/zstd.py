@@ -125,14 +125,10 @@ class ZstdCodec(BytesBytesCodec):
         """Each frame decoded to exactly ``nbytes``, in one ``multi_decompress_to_buffer`` call
         (libzstd, the GIL released for all of them). Each must be one whole frame declaring
         ``nbytes`` (or no size), as :meth:`decode` requires: the headers and block headers are
-        checked here first, since that call reads a frame's first frame only."""
-        for frame in frames:
-            view = frame if isinstance(frame, bytes) else memoryview(frame).cast("B")  # bytes: cheaper slices
-            size, declared = _frame_extent(view)
-            if declared is not None and declared != nbytes:
-                raise ChunkDecodeError(f"the frame declares {declared} decoded bytes, expected {nbytes}")
-            if size != len(view):
-                raise ChunkDecodeError(f"corrupt zstd data: the frame takes {size} bytes, the chunk has {len(view)}")
+        checked here first (:func:`_check_frames`), since that call reads a frame's first frame only."""
+        if not all(isinstance(frame, bytes) for frame in frames):
+            frames = [frame if isinstance(frame, bytes) else memoryview(frame).cast("B") for frame in frames]
+        _check_frames(frames, nbytes)
         sizes = np.full(len(frames), nbytes, dtype=np.uint64).tobytes()
         try:
             return _DECOMPRESSORS.get().multi_decompress_to_buffer(frames, decompressed_sizes=sizes, threads=1)
@@ -198,6 +194,46 @@ def _frame_extent(view: memoryview | bytes) -> tuple[int, int | None]:
             raise ChunkDecodeError(f"corrupt zstd data: reserved block type at byte {position}")
         position += _BLOCK_HEADER_SIZE + (1 if block_type == _RLE_BLOCK else block_size)
     return position + _CHECKSUM_SIZE * has_checksum, declared
+
+
+def _check_frame(view: memoryview | bytes, nbytes: int) -> None:
+    """Raise ChunkDecodeError unless ``view`` is one whole frame declaring ``nbytes`` (or no size)."""
+    size, declared = _frame_extent(view)
+    if declared is not None and declared != nbytes:
+        raise ChunkDecodeError(f"the frame declares {declared} decoded bytes, expected {nbytes}")
+    if size != len(view):
+        raise ChunkDecodeError(f"corrupt zstd data: the frame takes {size} bytes, the chunk has {len(view)}")
+
+
+#: bytes of each frame :func:`_check_frames` reads: the longest header and the first block header
+_HEAD_SIZE = _MAX_HEADER_SIZE + _BLOCK_HEADER_SIZE
+
+
+def _check_frames(frames: Sequence[memoryview | bytes], nbytes: int) -> None:
+    """:func:`_check_frame` for many frames at once, with NumPy over their first bytes.
+
+    Frames written by one writer for one decoded size share their header byte for byte
+    (RFC 8878 3.1.1.1): the first frame's header is checked, then each frame's first block
+    header (3.1.1.2) is read where that header ends. A frame with the same header whose first
+    block is its last is whole when that block (and the checksum) ends where the chunk ends;
+    any other frame (another header, several blocks, anything found wrong) is checked alone.
+    """
+    lengths = np.fromiter(map(len, frames), np.int64, len(frames))
+    heads = b"".join([frame[:_HEAD_SIZE] for frame in frames])
+    if len(heads) != _HEAD_SIZE * len(frames):  # frames shorter than _HEAD_SIZE: each padded with zeros
+        heads = b"".join([bytes(frame[:_HEAD_SIZE]).ljust(_HEAD_SIZE, b"\0") for frame in frames])
+    head = np.frombuffer(heads, np.uint8).reshape(len(frames), _HEAD_SIZE)
+    header_size, declared, has_checksum = _frame_header(frames[0])
+    if declared is not None and declared != nbytes:
+        raise ChunkDecodeError(f"the frame declares {declared} decoded bytes, expected {nbytes}")
+    same_header = (head[:, :header_size] == head[0, :header_size]).all(axis=1)
+    block = head[:, header_size : header_size + _BLOCK_HEADER_SIZE].astype(np.int64)
+    block = block[:, 0] | block[:, 1] << 8 | block[:, 2] << 16
+    block_type, block_size = (block >> 1) & 3, block >> 3
+    extent = header_size + _BLOCK_HEADER_SIZE + np.where(block_type == _RLE_BLOCK, 1, block_size) + _CHECKSUM_SIZE * has_checksum
+    whole = same_header & (block & 1 == 1) & (block_type != _RESERVED_BLOCK) & (extent == lengths)
+    for position in np.flatnonzero(~whole):
+        _check_frame(frames[position], nbytes)
 
 
 def frame_content_size(data: Buffer) -> int | None:

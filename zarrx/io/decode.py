@@ -155,15 +155,31 @@ class ChunkDecoder:
 
     def put_decoded(self, rows: Sequence[ChunkRow], raws: Sequence[Any]) -> None:
         """Put the chunks of ``rows`` (their stored bytes ``raws``, None: absent) in place, decoded
-        in one :meth:`~zarrx.codecs.pipeline.CodecPipeline.decode_many` call (the pipeline decodes many)."""
+        in one :meth:`~zarrx.codecs.pipeline.CodecPipeline.decode_many` call (the pipeline decodes many).
+
+        Whole chunks side by side along the output's last dimension (consecutive rows of one row
+        of chunks) go in place with one NumPy copy for all of them (:func:`_put_side_by_side`);
+        a part of a chunk goes alone.
+        """
         spec, out = self.spec, self.out
         present = [position for position, raw in enumerate(raws) if raw is not None]
-        decoded = self.pipeline.decode_many([raws[p] for p in present], spec, [rows[p][0] for p in present]) if present else ()
-        shape, dtype = spec.shape, spec.dtype
-        for position, data in zip(present, decoded):
-            _, _, out_selection, chunk_selection = rows[position]
-            chunk = np.frombuffer(data, dtype=dtype).reshape(shape)
-            out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
+        if present:
+            decoded = self.pipeline.decode_many([raws[p] for p in present], spec, [rows[p][0] for p in present])
+            chunks = np.frombuffer(b"".join(decoded), dtype=spec.dtype).reshape(len(present), *spec.shape)
+            first = end = stop = 0  # the run of whole chunks chunks[first:end], up to ``stop`` in the last dimension
+            lead: tuple[Any, ...] | None = None
+            for index, position in enumerate(present):
+                _, _, out_selection, chunk_selection = rows[position]
+                if chunk_selection is not None:
+                    out[out_selection] = chunks[index][chunk_selection]
+                    continue
+                last = out_selection[-1]
+                if index == end and last.start == stop and out_selection[:-1] == lead:
+                    end, stop = end + 1, last.stop
+                    continue
+                _put_side_by_side(out, chunks[first:end], lead, stop)
+                first, end, stop, lead = index, index + 1, last.stop, out_selection[:-1]
+            _put_side_by_side(out, chunks[first:end], lead, stop)
         if len(present) < len(rows):
             for row, raw in zip(rows, raws):
                 if raw is None:
@@ -208,6 +224,21 @@ class ChunkDecoder:
             self.put_many(items)
             return
         map_runs(self.put_many, items, caller_works=caller_can_work(self.pipeline))
+
+
+def _put_side_by_side(out: np.ndarray, chunks: np.ndarray, lead: tuple[Any, ...] | None, stop: int) -> None:
+    """Put ``chunks`` (count, *chunk shape), whole chunks side by side along the last dimension
+    and ending at ``stop`` there, at ``out[(*lead, ...)]``, in one copy: the output's piece, its
+    last dimension split into (count, chunk length), takes the chunks with their first axis moved there."""
+    count = len(chunks)
+    if not count:
+        return
+    length = chunks.shape[-1]
+    target = out[(*lead, slice(stop - count * length, stop))]
+    pieces = target.reshape(*target.shape[:-1], count, length)  # splitting an axis: always a view
+    if not np.may_share_memory(pieces, out):  # (never expected: a copy would lose the values)
+        raise RuntimeError("internal error: the output's piece could not be viewed chunk by chunk")
+    pieces[...] = np.moveaxis(chunks, 0, -2)
 
 
 def _contiguous_piece(chunk_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
