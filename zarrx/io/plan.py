@@ -238,12 +238,23 @@ def table_rows(per_dimension: list[list[Any]], kept: list[int] | None) -> Iterat
 
 
 def _rows(key: Callable[[tuple[int, ...]], str], per_dimension: list[list[Any]], kept: list[int] | None) -> Iterator[ChunkRow]:
-    for combination in itertools.product(*per_dimension):
-        coords, outs, selections, whole = zip(*combination) if combination else ((), (), (), ())
-        if kept is not None:  # an int dropped a dimension of the output
-            outs = tuple(outs[dimension] for dimension in kept)
-        # (a 0-d chunk is never "whole": out[()] = chunk would store the array in an object slot)
-        yield key(coords), coords, outs, None if whole and all(whole) else selections
+    if kept is not None or not per_dimension:  # an int dropped a dimension of the output, or 0-d
+        for combination in itertools.product(*per_dimension):
+            coords, outs, selections, whole = zip(*combination) if combination else ((), (), (), ())
+            if kept is not None:
+                outs = tuple(outs[dimension] for dimension in kept)
+            # (a 0-d chunk is never "whole": out[()] = chunk would store the array in an object slot)
+            yield key(coords), coords, outs, None if whole and all(whole) else selections
+        return
+    # the last dimension innermost, its pieces joined to each combination of the others (C order)
+    *leading, last = per_dimension
+    for combination in itertools.product(*leading):
+        lead_coords, lead_outs, lead_selections, lead_whole = zip(*combination) if combination else ((), (), (), ())
+        lead_whole = all(lead_whole)
+        for index, out_selection, chunk_selection, whole in last:
+            coords = (*lead_coords, index)
+            yield (key(coords), coords, (*lead_outs, out_selection),
+                   None if whole and lead_whole else (*lead_selections, chunk_selection))  # fmt: skip
 
 
 def object_weight(handle: ArrayHandle) -> Callable[[ObjectPlan], int]:
