@@ -20,6 +20,7 @@ is the fetcher of ``explain()``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import queue
 import sys
@@ -162,8 +163,8 @@ def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decod
 
     * chunks worth the pool: a few runs of rows, each read, decoded and placed by one thread;
     * small chunks whose pipeline decodes many in one call (zstd): one pool thread reads runs of
-      :data:`PIPELINE_ROWS` files while this thread decodes the run before in one call, which
-      lets the reader run meanwhile, and puts it in place;
+      up to :data:`PIPELINE_ROWS` files while this thread decodes the run before in one call,
+      which lets the reader run meanwhile, and puts it in place;
     * other small chunks: one loop on this thread -- their Python holds the GIL, and a second
       thread would only take it in turns (6,400 zstd chunks of 2.4 KiB: 80 ms on one thread,
       140 ms on two).
@@ -182,23 +183,32 @@ def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decod
         for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
             map_runs(run, batch, caller_works=caller_can_work(decoder.pipeline))
     elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
-        _read_pipelined(store, max_size, rows, decoder)
+        _read_pipelined(store, max_size, rows, count, decoder)
     else:
         run(rows)
 
 
 #: files the reader of the small-chunk pipeline hands over at a time (and at most 4 runs ahead)
 PIPELINE_ROWS = 256
+#: the pipeline's first and last runs: from this many files, doubling up to PIPELINE_ROWS, and halving
+#: down to it at the end -- the decoder starts after a short read, the reader idles for a short decode
+FIRST_PIPELINE_ROWS = 32
 
 
-def _read_pipelined(store: Store, max_size: int | None, rows: Iterator[ChunkRow], decoder: ChunkDecoder) -> None:
+def _read_pipelined(store: Store, max_size: int | None, rows: Iterator[ChunkRow], count: int, decoder: ChunkDecoder) -> None:
     ready: queue.Queue[tuple[list[ChunkRow], list[Any]] | BaseException | None] = queue.Queue(maxsize=4)
     stop = threading.Event()
+
+    def runs() -> Iterator[list[ChunkRow]]:
+        taken = 0
+        while run := list(itertools.islice(rows, max(FIRST_PIPELINE_ROWS, min(PIPELINE_ROWS, taken, (count - taken) // 2)))):
+            taken += len(run)
+            yield run
 
     def read_runs() -> None:
         try:
             with store.batch_reader(max_size) as read:
-                for run in split_batches(rows, lambda _: 1, PIPELINE_ROWS):
+                for run in runs():
                     if stop.is_set():
                         return
                     ready.put((run, [read(key) for key, _, _, _ in run]))
