@@ -183,6 +183,26 @@ def test_the_batch_reader_reads_what_get_reads(tmp_path):
         assert read("g/1/2") == values["g/1/2"]
 
 
+@pytest.mark.parametrize("change", [-4, 4], ids=["grew", "shrank"])
+def test_the_batch_reader_reads_a_file_that_changed_size_after_fstat(tmp_path, monkeypatch, change):
+    store = LocalStore(tmp_path / "store")
+    store.set("a/b", b"0123456789")
+    real_fstat, calls = os.fstat, []
+
+    class Stale:  # the file's size as it was before it changed
+        def __init__(self, info):
+            self.st_mode, self.st_size = info.st_mode, info.st_size + change
+
+    def stale_once(descriptor):
+        calls.append(descriptor)
+        return Stale(real_fstat(descriptor)) if len(calls) == 1 else real_fstat(descriptor)
+
+    monkeypatch.setattr(os, "fstat", stale_once)
+    with store.batch_reader() as read:
+        assert read("a/b") == b"0123456789"
+    assert len(calls) == 2  # the size proved wrong: read again from the start, as the file is now
+
+
 # -- writes ------------------------------------------------------------------------------------
 WRITES = [np.s_[...], np.s_[3:47, 5:29], np.s_[::3, ::-2], np.s_[11, 3:30], np.s_[48:, 31:], np.s_[8:16, 10:20]]
 

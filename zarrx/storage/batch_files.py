@@ -22,6 +22,7 @@ import contextlib
 import errno
 import itertools
 import os
+import stat
 from typing import Any, Callable, Iterator
 
 from zarrx.storage.containment import RootFolder
@@ -51,6 +52,7 @@ def folder_reader(root: RootFolder) -> Iterator[Callable[[str], bytes]]:
     b'data'
     """
     folders, calls = _Folders(root), root.calls
+    fstat, read_descriptor, close, is_regular = os.fstat, os.read, os.close, stat.S_ISREG
 
     def read_walking(key: str) -> bytes:
         return root.read(key, lambda file: _read_regular(file.fileno(), key))
@@ -66,10 +68,15 @@ def folder_reader(root: RootFolder) -> Iterator[Callable[[str], bytes]]:
             if error.errno == errno.ELOOP:  # the file is a link: the walk decides where it leads
                 return read_walking(key)
             raise
-        try:
+        try:  # _read_regular's first read inline, for a regular file of the size fstat gives
+            info = fstat(descriptor)
+            if is_regular(info.st_mode):
+                if len(data := read_descriptor(descriptor, info.st_size + 1)) == info.st_size:
+                    return data
+                os.lseek(descriptor, 0, os.SEEK_SET)  # it changed size since: read it as it is now
             return _read_regular(descriptor, key)
         finally:
-            os.close(descriptor)
+            close(descriptor)
 
     try:
         yield read if root.resolution == "kernel" else read_walking

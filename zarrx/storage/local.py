@@ -142,14 +142,16 @@ class LocalStore(Store):
         """``read()``, which reads ``key``: None when there is no file, OS errors as StoreErrors."""
         try:
             return read()
-        except _MISSING:
-            return None
-        except PermissionError as error:
-            if not isinstance(error, StoreError) and os.path.isdir(self.local_path(key)):
-                return None  # Windows reports a folder this way
-            raise self._error("read", key, error) from error
         except OSError as error:
-            raise self._error("read", key, error) from error
+            return self._read_failed(key, error)
+
+    def _read_failed(self, key: str, error: OSError) -> None:
+        """None when ``error``, from reading ``key``, says there is no file; else it raised as a StoreError."""
+        if isinstance(error, _MISSING):
+            return None
+        if isinstance(error, PermissionError) and not isinstance(error, StoreError) and os.path.isdir(self.local_path(key)):
+            return None  # Windows reports a folder this way
+        raise self._error("read", key, error) from error
 
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         if byte_range is None:
@@ -161,7 +163,13 @@ class LocalStore(Store):
         # values at hand: max_size is not needed to bound a read (as get_many)
         with folder_reader(self._folder) as read_file:
 
-            yield lambda key: self._reading(key, lambda: read_file(validate_key(key)))
+            def read(key: str) -> bytes | None:  # _reading inline: the loop of small-chunk reads calls it per file
+                try:
+                    return read_file(validate_key(key))
+                except OSError as error:
+                    return self._read_failed(key, error)
+
+            yield read
 
     @contextlib.contextmanager
     def range_readers(self, max_size: int | None = None) -> Iterator[Callable[[str], RangeReader | None] | None]:
