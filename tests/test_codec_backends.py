@@ -202,6 +202,26 @@ def test_decode_many_refuses_any_frame_that_is_not_one_whole_frame(damage, where
         ZstdCodec().decode(frames[where], size, size)
 
 
+@pytest.mark.parametrize("size", [2400, 64 * KiB, 300 * KiB])
+def test_decode_where_gives_the_decoded_bytes_in_its_own_buffer_only_below_the_limit(size) -> None:
+    frames = _frames_of_many_writers(size)
+    for frame in frames:
+        out = np.empty(size, np.uint8)
+        decoded = ZstdCodec().decode_where(frame, out)
+        assert bytes(decoded) == bytes(ZstdCodec().decode(frame, size, size))
+        assert (decoded is out) == (size >= zstd_module.OWN_BUFFER_BELOW)
+
+
+@pytest.mark.parametrize("damage", list(BROKEN_FRAMES))
+@pytest.mark.parametrize("size", [2400, 300 * KiB])
+def test_decode_where_refuses_what_decode_into_refuses(damage, size) -> None:
+    frame = BROKEN_FRAMES[damage](bytes(ZstdCodec(level=1).encode(field(size))))
+    with pytest.raises(ChunkDecodeError):
+        ZstdCodec().decode_into(frame, np.empty(size, np.uint8))
+    with pytest.raises(ChunkDecodeError):
+        ZstdCodec().decode_where(frame, np.empty(size, np.uint8))
+
+
 # -- the peers read zarrx's arrays, zarrx reads theirs ---------------------------------------------
 
 PEER_CODECS = [ZstdCodec(level=1), ZstdCodec(level=5, checksum=True), ZstdCodec(level=-3)]

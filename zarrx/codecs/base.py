@@ -175,6 +175,14 @@ class BytesBytesCodec(Codec):
         :attr:`decodes_into` do this without an intermediate buffer; the default copies."""
         out[...] = as_uint8(self.decode(data, out.nbytes, out.nbytes))
 
+    def decode_where(self, data: Buffer, out: np.ndarray) -> Buffer:
+        """The decoded bytes of ``data`` (exactly ``out.nbytes``): decoded into ``out`` (then the
+        result is ``out``), or in a buffer of the codec's own when that saves copying them there
+        -- for a caller that copies a part of them elsewhere anyway. This default is
+        :meth:`decode_into`."""
+        self.decode_into(data, out)
+        return out
+
     #: the codec decodes many chunks in one call that holds the GIL only to check them (:meth:`decode_many`)
     decodes_many: ClassVar[bool] = False
 

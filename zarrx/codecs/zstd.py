@@ -54,6 +54,9 @@ _MAX_HEADER_SIZE = 18
 _BLOCK_HEADER_SIZE, _CHECKSUM_SIZE, _RLE_BLOCK, _RESERVED_BLOCK = 3, 4, 1, 3
 #: decoded sizes from which a frame is decoded in place rather than decoded and copied
 IN_PLACE_FROM = 64 * 1024
+#: decoded sizes below which :meth:`ZstdCodec.decode_where` keeps libzstd's own buffer: below the
+#: allocator's threshold for fresh mappings (128 KiB in glibc), so no fresh memory per chunk
+OWN_BUFFER_BELOW = 128 * 1024
 
 #: a decompressor per thread (``ZstdDecompressor`` is not thread safe; its DCtx is reused)
 _DECOMPRESSORS: ThreadContexts[zstandard.ZstdDecompressor] = ThreadContexts(lambda key: zstandard.ZstdDecompressor())
@@ -137,6 +140,20 @@ class ZstdCodec(BytesBytesCodec):
         except (zstandard.ZstdError, ValueError) as error:
             raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
 
+    def decode_where(self, data: Buffer, out: np.ndarray) -> Buffer:
+        """Below :data:`OWN_BUFFER_BELOW` bytes, the frame decoded by libzstd's one-shot call into
+        a buffer of its own (no copy into ``out``); larger, into ``out``, as :meth:`decode_into`."""
+        if out.nbytes >= OWN_BUFFER_BELOW:
+            self.decode_into(data, out)
+            return out
+        source = data if isinstance(data, bytes) else as_uint8(data)
+        content_size = frame_content_size(source)
+        if content_size is not None and content_size != out.nbytes:
+            raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
+        if content_size == 0:
+            return out  # (0 bytes)
+        return _decompressed(source, out.nbytes)
+
     def decode_into(self, data: Buffer, out: np.ndarray) -> None:
         source = data if isinstance(data, bytes) else as_uint8(data)
         content_size = frame_content_size(source)
@@ -152,16 +169,21 @@ def _decompress(source: Buffer, output: np.ndarray, sized: bool) -> None:
     if sized and output.nbytes >= IN_PLACE_FROM:
         _decompress_in_place(source, output)
         return
+    memoryview(output)[:] = _decompressed(source, output.nbytes)
+
+
+def _decompressed(source: Buffer, nbytes: int) -> bytes:
+    """The one frame of ``source`` decoded by libzstd's one-shot call; it must make ``nbytes``."""
     try:
-        # at most output.nbytes bytes are made (a frame without a size gets a buffer of that
-        # many; 0 would mean "no limit", hence 1); a longer frame fails ("did not decompress
-        # full frame"), and so do a truncated frame and bytes after it
-        decoded = _DECOMPRESSORS.get().decompress(source, max_output_size=output.nbytes or 1, allow_extra_data=False)
+        # at most nbytes bytes are made (a frame without a size gets a buffer of that many; 0
+        # would mean "no limit", hence 1); a longer frame fails ("did not decompress full
+        # frame"), and so do a truncated frame and bytes after it
+        decoded = _DECOMPRESSORS.get().decompress(source, max_output_size=nbytes or 1, allow_extra_data=False)
     except zstandard.ZstdError as error:
         raise ChunkDecodeError(f"corrupt zstd data: {error}") from error
-    if len(decoded) != output.nbytes:
-        raise ChunkDecodeError(f"the frame decodes to {len(decoded)} bytes, expected {output.nbytes}")
-    memoryview(output)[:] = decoded
+    if len(decoded) != nbytes:
+        raise ChunkDecodeError(f"the frame decodes to {len(decoded)} bytes, expected {nbytes}")
+    return decoded
 
 
 def _decompress_in_place(source: Buffer, output: np.ndarray) -> None:

@@ -210,14 +210,15 @@ class ChunkDecoder:
                 put(raw, key, out_selection, chunk_selection, coords)
             else:
                 try:
-                    direct.decode_into(raw, scratch_bytes)
+                    decoded = direct.decode_where(raw, scratch_bytes)
                 except Exception as error:
                     raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
-                out[out_selection] = scratch if chunk_selection is None else scratch[chunk_selection]
+                chunk = scratch if decoded is scratch_bytes else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
+                out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
             # let this chunk's bytes go before the next are read: holding two large values at once
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
             # chunks of 2 MiB, 25% of the read's time)
-            raw = None
+            raw = decoded = chunk = None
 
     def run_items(self, items: list[Item]) -> None:
         """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here."""
