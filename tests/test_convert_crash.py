@@ -212,3 +212,25 @@ def test_a_migration_refuses_members_it_would_not_write(tmp_path):
     with pytest.raises(ContainsGroupError, match="a/zarr.json: a Zarr v3 document that this migration would not write"):
         zarrx.migrate_v2_to_v3(str(path))
     assert not (path / "zarr.json").exists()
+
+
+class SlowWrites(FaultyStore):
+    """Every chunk write but the failing one takes a while: a task is still writing when another fails."""
+
+    def set(self, key, value):
+        if "/c/" in key and key != "a/c/0/1":
+            time.sleep(0.2)
+        super().set(key, value)
+
+
+def test_a_failed_convert_has_stopped_writing_when_it_raises(tmp_path):
+    source = tmp_path / "src.zarr"
+    root = zarrx.create_group(str(source))
+    root.create_array("a", shape=(16, 32), chunks=(8, 8), dtype="<i4")[:] = np.arange(512, dtype="<i4").reshape(16, 32)
+    target = SlowWrites(LocalStore(str(tmp_path / "dst.zarr")), fail_set=lambda key: key == "a/c/0/1")
+    with pytest.raises(StoreError, match="a/c/0/1"):
+        zarrx.convert(str(source), target, chunks=(8, 8), progress=False)
+    written = sorted(key for key in stored(tmp_path / "dst.zarr") if "/c/" in key)
+    time.sleep(0.5)  # a task still running after the error would store its chunk meanwhile
+    assert sorted(key for key in stored(tmp_path / "dst.zarr") if "/c/" in key) == written
+    assert "a/c/0/1" not in written

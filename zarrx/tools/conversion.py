@@ -30,9 +30,11 @@ Both refuse data types that exist only in v2 (structured types with subarray fie
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -277,17 +279,26 @@ def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ..
 
 
 def _compute(tasks: list[Any], progress: bool) -> None:
+    """Run the copy tasks. With dask's default threaded scheduler they run on a pool of this call,
+    shut down before the first error is raised: dask raises it at once while tasks already
+    running go on writing, and a convert that has failed must have stopped writing (a resumed
+    or overwriting convert would race with them)."""
     import dask
+    import dask.threaded
 
     if not tasks:
         return
-    if progress:
-        from dask.diagnostics import ProgressBar
+    with contextlib.ExitStack() as stack:
+        if progress:
+            from dask.diagnostics import ProgressBar
 
-        with ProgressBar():
+            stack.enter_context(ProgressBar())
+        if dask.base.get_scheduler(collections=tasks) is dask.threaded.get:
+            workers = dask.config.get("num_workers", None) or dask.threaded.CPU_COUNT
+            pool = stack.enter_context(ThreadPoolExecutor(workers))  # its exit waits for every task
+            dask.compute(*tasks, scheduler="threads", pool=pool)
+        else:
             dask.compute(*tasks)
-    else:
-        dask.compute(*tasks)
 
 
 def _is_consolidated(store: Store, path: str) -> bool:
