@@ -36,7 +36,8 @@ class PlannedRequest:
     key: str
     #: None: the whole object
     byte_range: ByteRequest | None
-    #: ``"chunk"``, ``"shard"`` (whole), ``"shard index"`` or ``"inner chunks"`` (merged ranges)
+    #: ``"chunk"``, ``"shard"`` (whole), ``"shard index"`` or ``"inner chunks"`` (merged ranges;
+    #: from an opened shard, one inner chunk)
     kind: str
     #: the chunks it serves (coordinates in the inner-chunk grid for sharded arrays)
     chunks: tuple[tuple[int, ...], ...]
