@@ -49,6 +49,8 @@ import numcodecs.zstd  # noqa: E402
 
 from zarrx.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec  # noqa: E402
 
+from bench_suite import wait_for_idle  # noqa: E402  (this folder: the suite's idle check)
+
 #: one call: (encoded or decoded chunk, output buffer of the decoded size) -> anything
 Call = Callable[[Any, np.ndarray], Any]
 #: builds a call inside the thread that makes it (per-thread contexts are made there)
@@ -287,26 +289,6 @@ def run_threads(backend: Backend, inputs: list[Any], size: int, threads: int, ca
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def busy_fraction(seconds: float = 0.5) -> float:
-    """The share of the machine's CPU time spent busy over ``seconds`` (others' work: we sleep)."""
-
-    def sample() -> tuple[int, int]:
-        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-
-    (total_before, idle_before), _ = sample(), time.sleep(seconds)
-    total_after, idle_after = sample()
-    return 1 - (idle_after - idle_before) / max(1, total_after - total_before)
-
-
-def wait_idle(limit: float, most_busy: float = 0.1) -> float:
-    """Wait (up to ``limit`` seconds) until other processes leave the CPUs idle; the last busy share."""
-    deadline = time.monotonic() + limit
-    while (busy := busy_fraction()) > most_busy and time.monotonic() < deadline:
-        time.sleep(1)
-    return busy
-
-
 def calls_for(backend: Backend, inputs: list[Any], size: int, threads: int, seconds: float) -> int:
     """How many calls take about ``seconds`` on one thread (a multiple of ``threads``)."""
     calls = max(2, len(inputs))
@@ -363,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             decoded = [chunk_data(size, seed) for seed in range(8 if size < 1 << 16 else 2)]
             inputs = [ENCODERS[codec](data) for data in decoded] if operation == "decode" else decoded
             for threads in (1, 2):
-                if args.wait_idle and (busy := wait_idle(args.wait_idle)) > 0.1:
+                if args.wait_idle and (busy := wait_for_idle(args.wait_idle) or 0.0) > 0.1:
                     print(f"# {codec} {operation} {size} B {threads}: others kept {busy:.0%} of the CPUs busy", flush=True)
                 medians = measure(available, inputs, size, threads, args.seconds, args.repeats)
                 for name in backends:
