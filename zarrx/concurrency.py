@@ -157,22 +157,22 @@ def scratch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     chunk at a time. Reusing one buffer per thread instead of a fresh array per chunk avoids the
     first-touch page faults of fresh memory (70k a 256 MiB read on the benchmark machine).
     """
-    nbytes = math.prod(shape) * dtype.itemsize
-    buffer = getattr(_scratch, "buffer", None)
-    if buffer is None or buffer.nbytes < nbytes:
-        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        if nbytes <= MAX_KEPT_SCRATCH_BYTES:
-            _scratch.buffer = buffer
-    return buffer[:nbytes].view(dtype).reshape(shape)
+    return _kept_bytes("buffer", math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
 
 
 def scratch_bytes(nbytes: int) -> memoryview:
     """``nbytes`` writeable bytes of this thread's second scratch buffer, beside
     :func:`scratch_array`'s (stored bytes read before they are decoded into that one); the next
     call on the same thread reuses them, as there."""
-    buffer = getattr(_scratch, "stored", None)
+    return memoryview(_kept_bytes("stored", nbytes))
+
+
+def _kept_bytes(slot: str, nbytes: int) -> np.ndarray:
+    """``nbytes`` uninitialised bytes of this thread's buffer ``slot``, grown when too small and
+    kept for the next call up to MAX_KEPT_SCRATCH_BYTES."""
+    buffer = getattr(_scratch, slot, None)
     if buffer is None or buffer.nbytes < nbytes:
-        buffer = np.empty(nbytes, dtype=np.uint8)  # not zeroed, unlike a bytearray
+        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
         if nbytes <= MAX_KEPT_SCRATCH_BYTES:
-            _scratch.stored = buffer
-    return memoryview(buffer)[:nbytes]
+            setattr(_scratch, slot, buffer)
+    return buffer[:nbytes]
