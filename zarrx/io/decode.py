@@ -200,7 +200,7 @@ class ChunkDecoder:
         direct = None if self.spec_of is not None else self.pipeline.direct_codec(spec)
         if direct is not None:
             scratch = scratch_array(spec.shape, spec.dtype)
-            scratch_bytes = scratch.reshape(-1).view(np.uint8)
+            scratch_view = scratch.reshape(-1).view(np.uint8)
         for raw, key, out_selection, chunk_selection, coords in items:
             if type(raw) is StoredRange:
                 raw = _read_stored(raw, key, coords)
@@ -210,10 +210,10 @@ class ChunkDecoder:
                 put(raw, key, out_selection, chunk_selection, coords)
             else:
                 try:
-                    decoded = direct.decode_where(raw, scratch_bytes)
+                    decoded = direct.decode_where(raw, scratch_view)
                 except Exception as error:
                     raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
-                chunk = scratch if decoded is scratch_bytes else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
+                chunk = scratch if decoded is scratch_view else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
                 out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
             # let this chunk's bytes go before the next are read: holding two large values at once
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
