@@ -146,21 +146,23 @@ class ZstdCodec(BytesBytesCodec):
         if out.nbytes >= OWN_BUFFER_BELOW:
             self.decode_into(data, out)
             return out
-        source = data if isinstance(data, bytes) else as_uint8(data)
-        content_size = frame_content_size(source)
-        if content_size is not None and content_size != out.nbytes:
-            raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
-        if content_size == 0:
-            return out  # (0 bytes)
-        return _decompressed(source, out.nbytes)
+        source, content_size = _declaring(data, out.nbytes)
+        return out if content_size == 0 else _decompressed(source, out.nbytes)  # (0: nothing to decode)
 
     def decode_into(self, data: Buffer, out: np.ndarray) -> None:
-        source = data if isinstance(data, bytes) else as_uint8(data)
-        content_size = frame_content_size(source)
-        if content_size is not None and content_size != out.nbytes:
-            raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {out.nbytes}")
+        source, content_size = _declaring(data, out.nbytes)
         if content_size != 0:
             _decompress(source, out, content_size is not None)
+
+
+def _declaring(data: Buffer, nbytes: int) -> tuple[Buffer, int | None]:
+    """``data`` as bytes or uint8, and the content size its frame declares (None: none), which
+    must be ``nbytes`` when declared."""
+    source = data if isinstance(data, bytes) else as_uint8(data)
+    content_size = frame_content_size(source)
+    if content_size is not None and content_size != nbytes:
+        raise ChunkDecodeError(f"the frame declares {content_size} decoded bytes, expected {nbytes}")
+    return source, content_size
 
 
 def _decompress(source: Buffer, output: np.ndarray, sized: bool) -> None:
