@@ -284,12 +284,12 @@ class RootFolder:
         :class:`~zarrx.errors.OutsideStoreError` for a link out of the root (unless allowed),
         OSError for anything that is not a regular file.
         """
-        with open(self.open_regular(key), "rb", buffering=0) as file:
+        with open(self.open_regular(key)[0], "rb", buffering=0) as file:
             return use(file)
 
-    def open_regular(self, key: str) -> int:
+    def open_regular(self, key: str) -> tuple[int, int]:
         """A descriptor of the regular file of ``key``, opened for reading without blocking (the
-        caller closes it); raises as :meth:`read` does."""
+        caller closes it), and the file's size; raises as :meth:`read` does."""
         *folders, name = key.split("/")
         descriptor = self.open_beneath(key, READ_FLAGS & ~NOFOLLOW)
         try:

@@ -136,14 +136,14 @@ class PathCalls(DescriptorCalls):
         pass
 
 
-def regular(descriptor: int, key: str) -> int:
-    """``descriptor`` when it is a regular file; a folder is IsADirectoryError, anything else OSError."""
+def regular(descriptor: int, key: str) -> tuple[int, int]:
+    """``descriptor`` and the file's size when it is a regular file; a folder is IsADirectoryError,
+    anything else OSError (the descriptor then closed)."""
     try:
-        regular_size(descriptor, key)
+        return descriptor, regular_size(descriptor, key)
     except BaseException:
         os.close(descriptor)
         raise
-    return descriptor
 
 
 def regular_size(descriptor: int, key: str) -> int:

@@ -179,10 +179,10 @@ class LocalStore(Store):
         files: list[_FileRanges] = []
 
         def open_value(key: str) -> RangeReader | None:
-            descriptor = self._reading(key, lambda: self._folder.open_regular(validate_key(key)))
-            if descriptor is None:
+            opened = self._reading(key, lambda: self._folder.open_regular(validate_key(key)))
+            if opened is None:
                 return None
-            files.append(reader := _FileRanges(self, key, descriptor))
+            files.append(reader := _FileRanges(self, key, *opened))
             return reader
 
         try:
@@ -364,9 +364,8 @@ class _FileRanges(RangeReader):
     """A file of a :class:`LocalStore` open for range reads: one descriptor, read with ``pread``
     (no shared offset), so one version of the file whoever renames another over it."""
 
-    def __init__(self, store: LocalStore, key: str, descriptor: int) -> None:
-        self.store, self.key, self.descriptor = store, key, descriptor
-        self.size = os.fstat(descriptor).st_size
+    def __init__(self, store: LocalStore, key: str, descriptor: int, size: int) -> None:
+        self.store, self.key, self.descriptor, self.size = store, key, descriptor, size
 
     def read(self, byte_range: ByteRequest | None = None) -> bytes:
         start, end = byte_bounds(byte_range, self.size)
