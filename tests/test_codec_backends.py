@@ -122,6 +122,50 @@ def test_corrupt_blocks_are_found_in_both_paths(size, checksum) -> None:
             ZstdCodec().decode_into(bytes(broken), out)
 
 
+def _header_frames() -> list[tuple[str, bytes]]:
+    """Frames and near-frames whose headers take every branch of RFC 8878's frame header."""
+    import struct
+
+    import zstandard
+
+    data = field(70_000).tobytes()
+    frames = [(f"level {level} size {size}", zstandard.ZstdCompressor(level=level).compress(data[:size]))
+              for level in (1, 19) for size in (0, 1, 200, 300, 65_791, 70_000)]  # fmt: skip
+    frames += [("no size", zstandard.ZstdCompressor(write_content_size=False).compress(data)),
+               ("no size, empty", zstandard.ZstdCompressor(write_content_size=False).compress(b""))]  # fmt: skip
+    dictionary = zstandard.train_dictionary(2048, [field(300, seed=seed).tobytes() for seed in range(300)])
+    assert dictionary.dict_id()  # its frames carry a Dictionary_ID field
+    frames.append(("dictionary id", zstandard.ZstdCompressor(dict_data=dictionary, write_dict_id=True).compress(data[:5000])))
+    sized = frames[3][1]
+    frames += [
+        ("skippable", struct.pack("<II", 0x184D2A50, 4) + b"abcd"),
+        ("reserved bit", sized[:4] + bytes([sized[4] | 0x08]) + sized[5:]),
+        ("bad magic", b"\x00" + sized[1:]),
+        ("truncated header", sized[:5]),
+        ("too short", sized[:3]),
+        ("empty", b""),
+    ]
+    return frames
+
+
+@pytest.mark.parametrize("name, frame", _header_frames(), ids=[name for name, _ in _header_frames()])
+def test_frame_content_size_agrees_with_the_spec_parse(name, frame) -> None:
+    """frame_content_size asks libzstd first (cheaper) and parses the header itself where libzstd
+    cannot say (skippable frames, bad headers, a size of 0): the two must agree on every frame,
+    given as bytes or as a uint8 view, and a bad header must fail with the parse's message."""
+    try:
+        expected: int | None | str = zstd_module._frame_header(frame)[1]
+    except ChunkDecodeError as error:
+        expected = str(error)
+    for given in (frame, memoryview(frame), np.frombuffer(frame, dtype=np.uint8)):
+        if isinstance(expected, str):
+            with pytest.raises(ChunkDecodeError) as raised:
+                frame_content_size(given)
+            assert str(raised.value) == expected
+        else:
+            assert frame_content_size(given) == expected
+
+
 def test_frame_without_size_fills_exactly_the_expected_size() -> None:
     import zstandard
 

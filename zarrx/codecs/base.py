@@ -46,7 +46,7 @@ class ChunkSpec:
     data_type: DataType
     fill_value: Any
 
-    @property
+    @cached_property
     def dtype(self) -> np.dtype:
         return self.data_type.numpy_dtype
 

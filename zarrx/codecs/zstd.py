@@ -47,6 +47,8 @@ from zarrx.errors import ChunkDecodeError
 __all__ = ["ZstdCodec", "frame_content_size"]
 
 _MAGIC = 0xFD2FB528
+#: what zstandard.frame_content_size gives for a frame that does not record its size
+_UNKNOWN_CONTENT_SIZE = -1
 _FCS_FIELD_SIZES = (0, 2, 4, 8)  # by Frame_Content_Size_Flag; 0 means 1 when Single_Segment_Flag is set
 _DICT_ID_SIZES = (0, 1, 2, 4)
 #: magic (4) + descriptor (1) + window (1) + dictionary id (<= 4) + content size (<= 8)
@@ -272,6 +274,17 @@ def frame_content_size(data: Buffer) -> int | None:
     >>> frame_content_size(ZstdCodec(level=1).encode(bytes(1000)))
     1000
     """
+    # libzstd's own header parse first (0.25 µs against 3 µs for the one below, on every chunk
+    # read); it gives 0 for a skippable frame and fails on a bad header, so those two, and a
+    # declared size of 0, go through the parse below, which names what is wrong
+    try:
+        size = zstandard.frame_content_size(data)
+    except (zstandard.ZstdError, TypeError, ValueError, BufferError):
+        size = 0
+    if size > 0:
+        return size
+    if size == _UNKNOWN_CONTENT_SIZE:
+        return None
     return _frame_header(data)[1]
 
 
