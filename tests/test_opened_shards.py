@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -154,6 +155,32 @@ def test_an_index_pointing_past_the_end_of_the_file_is_refused_naming_the_shard(
     path.write_bytes(raw[: len(raw) // 3] + raw[-index_size:])  # the data cut, the index kept
     with pytest.raises(ChunkDecodeError, match=r"'c/1/0'.*points past the end"):
         array[8:16, 0:15]
+
+
+E = 2**64 - 1  # an empty inner chunk's offset and size
+
+
+@pytest.mark.parametrize("entries, past", [
+    ([(0, 10), (10, 20), (30, 70)], None),        # every entry inside the 100 bytes
+    ([(0, 10), (E, E), (90, 10)], None),          # an empty inner chunk, the rest inside
+    ([(0, 10), (60, 50), (30, 10)], (1,)),        # offset and size each inside, their sum past the end
+    ([(0, 10), (E, E), (95, 6)], (2,)),           # the same beside an empty one
+    ([(0, 10), (101, 0), (30, 10)], (1,)),        # an offset past the end
+    ([(E, 5), (0, 10), (10, 10)], (0,)),          # half empty: an offset but no size of an empty chunk
+    ([(0, E - 5), (0, 10), (10, 10)], (0,)),      # a size that would overflow the sum
+])  # fmt: skip
+def test_an_index_is_checked_against_the_shard_size_entry_by_entry(entries, past):
+    """Every entry must lie inside a shard of known size: all of it present, some empty, or each
+    wrong in its own way (the check takes a shortcut when nothing is empty or past the end)."""
+    array = zarrx.create_array(MemoryStore(), shape=(3,), chunks=(1,), shards=(3,), dtype="u1")
+    codec, spec = array.handle.sharding, array.handle.object_spec((0,))
+    raw = codec.index_codecs.encode(np.array(entries, dtype=np.uint64), codec.index_spec(spec))
+    if past is None:
+        np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0", shard_size=100), entries)
+    else:
+        with pytest.raises(ChunkDecodeError, match=rf"'c/0'.*inner chunk {re.escape(str(past))} points past the end"):
+            codec.decode_index(raw, spec, "c/0", shard_size=100)
+    np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0"), entries)  # size unknown: not checked
 
 
 class Watched(WrapperStore):

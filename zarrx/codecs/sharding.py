@@ -195,6 +195,11 @@ class ShardingCodec(ArrayBytesCodec):
         index = self.index_codecs.decode(data, self.index_spec(spec), key=f"{key} (shard index)")
         index = np.asarray(index, dtype=np.uint64)
         offsets, nbytes = index[..., 0], index[..., 1]
+        if shard_size is not None and index.size and int(index.max()) <= shard_size:
+            # no empty entry and none past the end: only a sum past the end is left to find,
+            # and none overflows (each part is at most the size); 3 NumPy calls, not 10
+            if int((offsets + nbytes).max()) <= shard_size:
+                return index
         empty = (offsets == EMPTY) & (nbytes == EMPTY)
         if shard_size is not None:
             size = np.uint64(shard_size)
