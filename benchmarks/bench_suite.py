@@ -23,6 +23,10 @@ of the worker during a run minus its RSS just before the run (Linux: the mark is
 through ``/proc/self/clear_refs`` before each run; elsewhere ``resource.getrusage``),
 median over the timed runs; minor page faults per run are counted too.
 
+The stores the write cases (i) and (j) make, thousands of small files, are moved aside into
+``<data dir>/discarded`` after each run and deleted only when the whole run ends: deleting them
+between runs made the next run's file creates slower for every library (see :func:`discard`).
+
 For a shared machine: before each worker the runner waits for idle CPUs (``--wait-idle``),
 measures the CPU share other processes took while the worker ran and reruns the worker
 when it was over ``--max-others``; and the workers import a snapshot of the zarrx package
