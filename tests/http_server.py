@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -85,7 +86,8 @@ class Request:
     start: float
     end: float
     status: int
-    #: the client's port: one per connection
+    #: the connection it came on: a number the server gives each connection it accepts (not the
+    #: client's port, which the kernel may give a later connection again once one has closed)
     client: int = 0
 
 
@@ -316,7 +318,7 @@ class RequestLog:
         return sum(1 for r in self.requests if method is None or r.method == method)
 
     def connections(self) -> int:
-        """How many connections the requests came on (one client port each)."""
+        """How many connections the requests came on."""
         return len({r.client for r in self.requests})
 
     def max_in_flight(self) -> int:
@@ -354,6 +356,8 @@ class RecordingServer(ThreadingHTTPServer, RequestLog):
         self.keep_alive = keep_alive
         self.in_flight = 0
         self._in_flight_lock = threading.Lock()
+        #: numbers for the connections accepted (next() on it is atomic)
+        self.connection_numbers = itertools.count()
         #: set when the server stops: stalling and dripping handlers give up
         self.stopping = threading.Event()
 
@@ -377,6 +381,7 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def __init__(self, *args, **kwargs):
+        self.connection_number = next(args[2].connection_numbers)  # (the base class serves the connection in __init__)
         super().__init__(*args, directory=args[2].directory, **kwargs)
 
     def log_message(self, format: str, *args) -> None:  # quiet
@@ -410,8 +415,7 @@ class RangeHTTPRequestHandler(SimpleHTTPRequestHandler):
         method, start = self._request
         self._request = None
         now = time.perf_counter()
-        port = self.client_address[1] if isinstance(self.client_address, tuple) else 0
-        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status), port))
+        self.server.record(Request(method, self.path, self.headers.get("Range"), start, now, int(status), self.connection_number))
 
     def send_response(self, code, message=None) -> None:
         # recorded before the first byte of the answer leaves, so a client that has its answer
