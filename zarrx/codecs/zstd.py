@@ -274,7 +274,7 @@ def frame_content_size(data: Buffer) -> int | None:
     >>> frame_content_size(ZstdCodec(level=1).encode(bytes(1000)))
     1000
     """
-    # libzstd's own header parse first (0.25 µs against 3 µs for the one below, on every chunk
+    # libzstd's own header parse first (0.3 µs against 1.8-2.6 µs for the one below, on every chunk
     # read); it gives 0 for a skippable frame and fails on a bad header, so those two, and a
     # declared size of 0, go through the parse below, which names what is wrong
     try:
