@@ -88,7 +88,7 @@ class Request:
     status: int
     #: the connection it came on: a number the server gives each connection it accepts (not the
     #: client's port, which the kernel may give a later connection again once one has closed)
-    client: int = 0
+    connection: int = 0
 
 
 class FailFirst:
@@ -319,7 +319,7 @@ class RequestLog:
 
     def connections(self) -> int:
         """How many connections the requests came on."""
-        return len({r.client for r in self.requests})
+        return len({r.connection for r in self.requests})
 
     def max_in_flight(self) -> int:
         """The most requests the server was handling at one moment."""
