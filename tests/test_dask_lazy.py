@@ -1,15 +1,14 @@
-"""zarrx.dask.lazy: dask arrays whose graph follows the selection -- million-chunk arrays, what falls
-back to dask, irregular axes, fusion, pickling, a cluster of worker processes.
+"""zarrx.dask.lazy: ordinary dask arrays reading a stored array -- built through dask's constructor,
+sliced by dask, with graphs that follow a selection given when the array is made (``region=``);
+million-chunk arrays, irregular axes, fusion, pickling, annotations, a cluster of worker processes.
 
-(Random chains of selections against dask and NumPy: tests/test_dask_lazy_properties.py.)
+(Random selections against dask and NumPy: tests/test_dask_lazy_properties.py; nothing of dask
+patched: tests/test_process_guest.py.)
 """
 
 from __future__ import annotations
 
-import importlib
 import pickle
-import subprocess
-import sys
 
 import dask
 import dask.array as da
@@ -17,9 +16,9 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx.dask import lazy
 from zarrx.dask.axes import RegularAxis, TableAxis, axis_from_sizes
-from zarrx.dask.lazy import layout_of
+from zarrx.dask.lazy import read_layer
+from zarrx.errors import NameNotFoundError, SelectionError, UsageTypeError
 from zarrx.storage import MemoryStore
 
 from .counting import CountingStore
@@ -33,11 +32,24 @@ def optimized_tasks(x: da.Array) -> int:
     return len(graph.__dask_graph__())
 
 
+def chunk_reads(counting: CountingStore) -> list[str]:
+    return sorted(key for key, _ in counting.chunk_requests())
+
+
 @pytest.fixture
 def small():
     arr = zarrx.create_array({}, shape=VALUES.shape, chunks=(4, 3), dtype=VALUES.dtype)
     arr[...] = VALUES
     return arr
+
+
+@pytest.fixture
+def counted():
+    counting = CountingStore(MemoryStore())
+    arr = zarrx.create_array(counting, shape=VALUES.shape, chunks=(3, 8), dtype=VALUES.dtype, dimension_names=["t", "x"])
+    arr[...] = VALUES
+    counting.reset()
+    return counting, arr
 
 
 @pytest.fixture(scope="module")
@@ -50,53 +62,91 @@ def giant():
 
 
 # -- a million chunks -------------------------------------------------------------------------
-def test_a_million_chunks_are_a_plain_dask_array_described_by_a_few_numbers(giant):
+def test_a_million_chunks_are_a_plain_dask_array_of_one_read_layer(giant):
     _, arr = giant
     x = arr.to_dask()
     assert type(x) is da.Array
     assert x.shape == arr.shape and x.numblocks == (1_000_000, 1, 1) and x.npartitions == 1_000_000
     assert x.chunksize == (1, 4, 4) and x.size == arr.size and len(x) == 1_000_000
-    assert layout_of(x).axes == (RegularAxis(0, 1_000_000, 1), RegularAxis(0, 4, 4), RegularAxis(0, 4, 4))
-    assert len(x.chunks[0]) == 1_000_000
-    # equal axes share one tuple of block sizes (a dataset's variables share their time axis)
-    assert arr.to_dask().chunks[0] is x.chunks[0]
+    assert list(x.dask.layers) == [x.name] and read_layer(x) is x.dask.layers[x.name]
 
 
-def test_a_slice_is_a_new_read_layer_of_the_chunks_it_touches(giant):
+def test_a_region_is_a_graph_of_the_chunks_it_touches(giant):
     counting, arr = giant
-    x = arr.to_dask()
-    y = x[:10]
-    assert y.chunks == ((1,) * 10, (4,), (4,))
-    assert list(y.dask.layers) == [y.name] and x.name not in y.dask.layers
-    assert len(y.dask) == 10
+    y = zarrx.from_zarr(arr, region=(slice(0, 10),))
+    assert y.chunks == ((1,) * 10, (4,), (4,)) and len(y.dask) == 10
     total = y.sum()
     assert optimized_tasks(total) < 20  # ten reads (fused with their partial sums) and a tree of sums
     counting.reset()
     assert float(total.compute()) == float(np.arange(160).sum())
-    assert sorted(key for key, _ in counting.chunk_requests()) == sorted(f"c/{i}/0/0" for i in range(10))
+    assert chunk_reads(counting) == sorted(f"c/{i}/0/0" for i in range(10))
 
 
-def test_chains_integers_ellipsis_and_negative_indices_stay_small(giant):
+def test_regions_with_integers_ellipsis_negative_indices_steps_and_new_axes(giant):
     _, arr = giant
-    x = arr.to_dask()
-    y = x[-20:][5:15][..., 1:3][3]
-    assert layout_of(y) is not None and y.shape == (4, 2) and len(y.dask) == 1
-    np.testing.assert_array_equal(y.compute(), arr[999_983, :, 1:3])
-    point = x[7, 2, 3]
-    assert point.shape == () and len(point.dask) == 1
-    assert float(point.compute()) == float(arr[7, 2, 3])
+    point = arr.to_dask(region=(7, 2, 3))
+    assert point.shape == () and len(point.dask) == 1 and float(point.compute()) == float(arr[7, 2, 3])
+    tail = arr.to_dask(region=(slice(-20, None), Ellipsis, slice(1, 3)))
+    assert tail.shape == (20, 4, 2) and len(tail.dask) == 20
+    np.testing.assert_array_equal(tail[5].compute(), arr[999_985, :, 1:3])
+    stepped = arr.to_dask(region=(slice(2, 12, 3), None))
+    assert stepped.shape == (4, 1, 4, 4) and len(stepped.__dask_graph__()) < 30
+    np.testing.assert_array_equal(stepped.compute(), arr[2:12:3][:, None])
+    backwards = arr.to_dask(region=slice(9, 0, -2))
+    assert backwards.chunks == ((1,) * 5, (4,), (4,))
+    np.testing.assert_array_equal(backwards.compute(), arr[9:0:-2])
 
 
-def test_steps_and_new_axes_are_dask_slicing_on_the_bounding_box(giant):
-    _, arr = giant
-    x = arr.to_dask()
-    y = x[2:12:3, None]
-    assert layout_of(y) is None  # dask's getitem over a small read layer
-    assert len(y.dask) < 20 and x.name not in y.dask.layers
-    np.testing.assert_array_equal(y.compute(), arr[2:12:3][:, None])
-    z = x[9:0:-2]
-    assert z.chunks == ((1,) * 5, (4,), (4,)) and len(z.dask) < 20
-    np.testing.assert_array_equal(z.compute(), arr[9:0:-2])
+def test_regions_by_dimension_name_keep_blocks_on_the_stored_grid(counted):
+    counting, arr = counted
+    y = zarrx.from_zarr(arr, region={"t": slice(4, 20)})
+    assert y.chunks == ((2, 3, 3, 3, 3, 2), (8,))  # chunks of 3: blocks end on chunk boundaries
+    np.testing.assert_array_equal(y.compute(), VALUES[4:20])
+    assert chunk_reads(counting) == [f"c/{i}/0" for i in range(1, 7)]  # each touched chunk once
+    assert arr.to_dask(region={-1: 5}).shape == (30,)
+
+
+@pytest.mark.parametrize(
+    ("region", "error"),
+    [
+        ((30,), SelectionError),
+        ((0, 9), SelectionError),
+        (([1, 2],), UsageTypeError),
+        ({"nope": 1}, NameNotFoundError),
+    ],
+)
+def test_bad_regions_name_the_array_and_the_region(small, region, error):
+    with pytest.raises(error, match="region"):
+        small.to_dask(region=region)
+    if error is SelectionError:  # the IndexError dask (and NumPy) raise for the same index
+        with pytest.raises(IndexError):
+            da.from_array(VALUES, chunks=(4, 3))[region]
+
+
+# -- slices are dask's: shared reads ---------------------------------------------------------------
+def test_a_slice_is_dasks_own_and_shares_the_read_tasks(counted):
+    counting, arr = counted
+    x = zarrx.from_zarr(arr)
+    part = x[4:20]
+    assert x.name in part.dask.layers  # dask's slice over the one read layer
+    for result in (x[1:] - x[:-1], da.diff(x, axis=0)):
+        counting.reset()
+        np.testing.assert_array_equal(result.compute(), np.diff(VALUES, axis=0))
+        assert chunk_reads(counting) == sorted(f"c/{i}/0" for i in range(10))  # each chunk once
+    counting.reset()
+    whole, first = dask.compute(x.sum(), x[:10].sum())
+    assert (whole, first) == (VALUES.sum(), VALUES[:10].sum())
+    assert chunk_reads(counting) == sorted(f"c/{i}/0" for i in range(10))
+
+
+def test_annotations_survive_slicing(small):
+    with dask.annotate(retries=3, resources={"memory": 1}):
+        x = small.to_dask()
+    y = x[3:9] * 2
+    assert read_layer(y).annotations == {"retries": 3, "resources": {"memory": 1}}
+    with dask.annotate(priority=7):
+        z = small.to_dask(region=(slice(3, 9),))
+    assert read_layer(z).annotations == {"priority": 7}
 
 
 def as_plain_dask(x: da.Array) -> da.Array:
@@ -113,8 +163,8 @@ def test_whole_array_work_is_dasks_own_graph(small):
         np.testing.assert_array_equal(make(x).compute(), make(plain).compute())
 
 
-def test_elementwise_work_after_a_slice_fuses_with_the_reads(small):
-    part = small.to_dask()[5:17, 2:]
+def test_elementwise_work_after_a_region_fuses_with_the_reads(small):
+    part = small.to_dask(region=(slice(5, 17), slice(2, None)))
     assert part.numblocks == (4, 3)
     result = (part * 2 - 1).sum(axis=1)
     # each read fused with the arithmetic and its partial sum: 12 tasks, and 4 to combine them
@@ -122,33 +172,17 @@ def test_elementwise_work_after_a_slice_fuses_with_the_reads(small):
     np.testing.assert_array_equal(result.compute(), (VALUES[5:17, 2:] * 2 - 1).sum(axis=1))
 
 
-# -- what falls back to dask --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "index",
-    [
-        [3, 1, 20],
-        np.array([0, 29]),
-        (slice(None), np.array([True, False] * 4)),
-        VALUES[:, 0] % 3 == 0,
-        (Ellipsis, [7, 7]),
-    ],
-    ids=["list", "array", "mask-axis", "mask", "ellipsis-list"],
+    [[3, 1, 20], np.array([0, 29]), (slice(None), np.array([True, False] * 4)), VALUES[:, 0] % 3 == 0],
+    ids=["list", "array", "mask-axis", "mask"],
 )
-def test_other_indices_are_dasks_own(small, index):
+def test_every_index_is_dasks(small, index):
     x = small.to_dask()
     plain = da.from_array(VALUES, chunks=x.chunks)
     ours, theirs = x[index], plain[index]
-    assert layout_of(ours) is None and ours.chunks == theirs.chunks
+    assert ours.chunks == theirs.chunks
     np.testing.assert_array_equal(ours.compute(), VALUES[index])
-
-
-def test_dask_arrays_as_indices_are_dasks_own(small):
-    x = small.to_dask()
-    rows = da.from_array(np.array([2, 9, 9, 0]), chunks=2)
-    np.testing.assert_array_equal(x[rows].compute(), VALUES[[2, 9, 9, 0]])
-    mask = x[:, 0] > 100
-    assert np.isnan(x[mask].shape[0])
-    np.testing.assert_array_equal(x[mask].compute(), VALUES[VALUES[:, 0] > 100])
 
 
 def test_out_of_bounds_indices_raise_dasks_errors(small):
@@ -161,45 +195,53 @@ def test_out_of_bounds_indices_raise_dasks_errors(small):
         assert str(ours.value) == str(theirs.value)
 
 
-def test_an_empty_reversed_slice_starting_before_the_array_is_empty(small):
-    # dask issue 10555: dask's own slicing selects elements here; NumPy selects none
-    x = small.to_dask()
-    assert x[-40::-1].shape == VALUES[-40::-1].shape == (0, 8)
-    assert x[-40::-1].chunks == ((0,), (3, 3, 2))
+def test_an_empty_reversed_region_starting_before_the_array_is_empty(small):
+    # dask issue 10555: dask's own slicing selects elements here; NumPy, and a region, none
+    assert small.to_dask(region=slice(-40, None, -1)).shape == VALUES[-40::-1].shape == (0, 8)
 
 
-def test_assignment_turns_the_array_into_plain_dask(small):
+def test_assignment_is_dasks(small):
     x = small.to_dask()
     x[2] = -1
-    assert layout_of(x) is None
     expected = VALUES.copy()
     expected[2] = -1
     np.testing.assert_array_equal(x[1:4].compute(), expected[1:4])
     np.testing.assert_array_equal(small[...], VALUES)  # the stored array is untouched
 
 
-def test_a_pickled_array_is_plain_dask_with_the_same_values(small):
+def test_a_pickled_or_copied_array_keeps_its_graph(small):
+    import copy as copying
+
     y = small.to_dask()[3:20]
-    copy = pickle.loads(pickle.dumps(y))
-    assert copy.chunks == y.chunks and copy.name == y.name
-    np.testing.assert_array_equal(copy.compute(), VALUES[3:20])
+    for copy in (pickle.loads(pickle.dumps(y)), copying.deepcopy(y)):
+        assert copy.chunks == y.chunks and copy.name == y.name
+        assert optimized_tasks(copy.sum()) == optimized_tasks(y.sum())
+        np.testing.assert_array_equal(copy.compute(), VALUES[3:20])
 
 
 def test_names_follow_the_selection(small):
     x = small.to_dask()
-    assert x[3:9].name == x[3:9].name == x[:20][3:9].name
-    assert x[3:9].name != x[3:10].name != x[3].name
-    assert x[3:9].name != zarrx.create_array({}, shape=VALUES.shape, chunks=(4, 3), dtype="int32").to_dask()[3:9].name
+    region = small.to_dask(region=(slice(3, 9),))
+    assert region.name == small.to_dask(region=(slice(3, 9),)).name != small.to_dask(region=(slice(3, 10),)).name
+    assert x[3:9].name == x[3:9].name != region.name
+    other = zarrx.create_array({}, shape=VALUES.shape, chunks=(4, 3), dtype="int32")
+    assert other.to_dask(region=(slice(3, 9),)).name != region.name
 
 
 # -- block layouts ------------------------------------------------------------------------------
+def axes_of(x: da.Array):
+    """The axis descriptions of the read layer's block selections."""
+    (selections,) = read_layer(x).io_deps.values()
+    return selections.axes
+
+
 def test_irregular_blocks_keep_a_table_of_edges():
     arr = zarrx.create_array({}, shape=(12, 5), chunks=(1, 5), dtype="int16")
     arr[...] = np.arange(60).reshape(12, 5)
     x = zarrx.from_zarr(arr, chunks=((2, 7, 3), -1))
-    assert isinstance(layout_of(x).axes[0], TableAxis)
-    y = x[1:10]
-    assert y.chunks == ((1, 7, 1), (5,)) and isinstance(layout_of(y).axes[0], TableAxis)
+    assert isinstance(axes_of(x)[0], TableAxis)
+    y = zarrx.from_zarr(arr, chunks=((2, 7, 3), -1), region=slice(1, 10))
+    assert y.chunks == ((1, 7, 1), (5,)) == x[1:10].chunks and isinstance(axes_of(y)[0], TableAxis)
     np.testing.assert_array_equal(y.compute(), arr[1:10])
 
 
@@ -207,8 +249,8 @@ def test_a_rectilinear_grid_is_a_table_of_edges():
     arr = zarrx.create_array({}, shape=(26, 6), chunks=((16, 4, 6), (2, 4)), dtype="int16")
     arr[...] = np.arange(26 * 6).reshape(26, 6)
     x = arr.to_dask()
-    assert x.chunks == ((16, 4, 6), (2, 4)) and isinstance(layout_of(x).axes[0], TableAxis)
-    y = x[10:22, 1]
+    assert x.chunks == ((16, 4, 6), (2, 4)) and isinstance(axes_of(x)[0], TableAxis)
+    y = arr.to_dask(region=(slice(10, 22), 1))
     assert y.chunks == ((6, 4, 2),) and len(y.dask) == 3
     np.testing.assert_array_equal(y.compute(), arr[10:22, 1])
 
@@ -231,48 +273,9 @@ def test_shards_and_multiples_of_chunks_are_regular_axes(chunks, blocks):
     arr = zarrx.create_array({}, shape=(10,), chunks=(2,), shards=(8,), dtype="int8")
     arr[...] = np.arange(10)
     x = zarrx.from_zarr(arr, chunks=chunks)
-    assert x.chunks == blocks and isinstance(layout_of(x).axes[0], RegularAxis)
+    assert x.chunks == blocks and isinstance(axes_of(x)[0], RegularAxis)
     assert x[3:9].chunks == da.from_array(np.arange(10), chunks=blocks)[3:9].chunks
     np.testing.assert_array_equal(x[3:9].compute(), np.arange(3, 9))
-
-
-# -- the wrapped __getitem__ ---------------------------------------------------------------------
-def test_dasks_getitem_is_wrapped_once_and_other_arrays_go_straight_to_it(small):
-    small.to_dask()
-    original = da.Array.__getitem__.__wrapped__
-    importlib.reload(lazy)
-    small.to_dask()
-    assert da.Array.__getitem__.__wrapped__ is original  # a reload does not wrap the wrapper
-    assert da.Array.__getitem__.__doc__ == original.__doc__
-    plain = da.arange(10, chunks=3)
-    assert layout_of(plain) is None
-    np.testing.assert_array_equal(plain[2:5].compute(), [2, 3, 4])
-
-
-def test_nothing_is_wrapped_before_zarrx_builds_an_array():
-    code = (
-        "import dask.array as da, xarray as xr, zarrx; original = da.Array.__getitem__; "
-        "xr.namedarray.parallelcompat.list_chunkmanagers(); import zarrx.xarray.chunkmanager; "
-        "assert da.Array.__getitem__ is original; "
-        "zarrx.create_array({}, shape=(4,), chunks=(2,), dtype='i1').to_dask(); "
-        "assert da.Array.__getitem__.__wrapped__ is original"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_a_getitem_wrapped_by_someone_else_is_kept():
-    code = (
-        "import functools, dask.array as da, zarrx; original = da.Array.__getitem__; calls = []\n"
-        "@functools.wraps(original)\n"
-        "def other(self, index):\n"
-        "    calls.append(index); return original(self, index)\n"
-        "da.Array.__getitem__ = other\n"
-        "x = zarrx.create_array({}, shape=(8,), chunks=(2,), dtype='i1', fill_value=3).to_dask()\n"
-        "assert da.Array.__getitem__.__wrapped__ is other\n"
-        "assert x[1:5].chunks == ((1, 2, 1),) and not calls\n"
-        "assert da.ones(4)[1:3].shape == (2,) and calls == [slice(1, 3)]"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # -- worker processes -----------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Property test: random chains of selections on zarrx's dask arrays give plain dask's chunks and NumPy's values.
+"""Property test: random selections of zarrx's dask arrays give plain dask's chunks and NumPy's values.
 
-``zarrx.from_zarr`` returns a dask array built by :func:`zarrx.dask.lazy.lazy_array`, sliced by
-building a new read layer instead of by dask's slicing. For random arrays (regular and irregular
+``zarrx.from_zarr(..., region=index)`` builds the read of a basic selection's bounding box
+(:func:`zarrx.dask.lazy.select`) instead of slicing the whole array's read; what follows is
+dask's own slicing. For random arrays (regular and irregular
 blocks, rectilinear chunk grids, shards, ``chunks=`` multiples, empty axes) and random chains of basic indices (integers, slices with any
-start, stop and step, ``Ellipsis``, ``None``; a few lists, which go to dask), every step must give
-the chunks dask gives for the same selection of ``da.from_array`` with the same blocks, the
+start, stop and step, ``Ellipsis``, ``None``; a few lists, which go to dask), the region and every
+step after it must give the chunks dask gives for the same selection of ``da.from_array`` with the same blocks, the
 values NumPy gives, and the same IndexError when NumPy refuses.
 """
 
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import zarrx
-from zarrx.dask.lazy import layout_of
+from zarrx.errors import UsageTypeError
 
 EXAMPLES = int(os.environ.get("ZARRX_FUZZ_EXAMPLES", 150))
 PROPERTY = settings(
@@ -145,20 +146,31 @@ def _apply(target, index):
 def test_chains_of_selections_match_dask_and_numpy(data):
     array, chunks, values = data.draw(arrays())
     ours = zarrx.from_zarr(array, chunks=chunks)
-    assert layout_of(ours) is not None and type(ours) is da.Array
+    assert type(ours) is da.Array
     theirs = da.from_array(values, chunks=ours.chunks)
     expected = values
-    for _ in range(data.draw(st.integers(1, 4))):
+    for step in range(data.draw(st.integers(1, 4))):
         index = data.draw(indices(expected.shape))
         if _mixes_advanced_indices(index):
             return  # NumPy broadcasts a list with other lists and integers; dask indexes each axis
         numpy_result, numpy_error = _apply(expected, index)
         fixed, changed = _without_dask_issue_10555(index, expected.shape)
-        if changed and (not layout_of(ours) is not None or _has_list(index)):
-            return  # plain dask (after steps, new axes, or for lists), issue 10555 included
-        our_result, our_error = _apply(ours, index)
+        as_region = step == 0 and not _has_list(index)
+        if changed and not as_region:
+            return  # plain dask's slicing, issue 10555 included
+        if as_region:  # the first selection is the region the array is made of
+            try:
+                our_result, our_error = zarrx.from_zarr(array, chunks=chunks, region=_as_tuple(index)), None
+            except Exception as error:  # noqa: BLE001 -- compared with dask's own error
+                our_result, our_error = None, error
+        else:
+            our_result, our_error = _apply(ours, index)
         their_result, their_error = _apply(theirs, fixed)
-        assert type(our_error) is type(their_error), (index, our_error, their_error)
+        if as_region and our_error is not None:  # zarrx's error, also the builtin dask raises
+            assert isinstance(our_error, type(their_error)), (index, our_error, their_error)
+            assert not isinstance(our_error, UsageTypeError), (index, our_error)
+        else:
+            assert type(our_error) is type(their_error), (index, our_error, their_error)
         if their_error is not None:
             assert numpy_error is not None or not isinstance(their_error, IndexError), index
             return
@@ -167,7 +179,7 @@ def test_chains_of_selections_match_dask_and_numpy(data):
         assert our_result.chunks == their_result.chunks, index
         assert our_result.chunksize == their_result.chunksize, index
         assert our_result.numblocks == their_result.numblocks, index
-        event("a new read layer" if layout_of(our_result) is not None else "dask's slicing")
+        event("a region" if as_region else "dask's slicing")
         ours, theirs, expected = our_result, their_result, numpy_result
     with dask.config.set(scheduler="sync"):
         computed, error = _compute(ours)
@@ -192,7 +204,7 @@ def test_blocks_of_selections_read_the_right_values(data):
         expected = values[index]
     except IndexError:
         return
-    part = x[index]
+    part = zarrx.from_zarr(array, chunks=chunks, region=_as_tuple(index))
     if not part.ndim or not part.size:
         np.testing.assert_array_equal(part.compute(scheduler="sync"), expected)
         return

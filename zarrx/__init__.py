@@ -39,8 +39,8 @@ __version__ = "0.1.0"
 _LAZY = {"from_zarr": "zarrx.dask.read", "to_zarr": "zarrx.dask.write"}
 
 
-def _to_dask(array: Array, chunks: Any = None) -> Any:
-    return importlib.import_module("zarrx.dask.read").array_to_dask(array, chunks)
+def _to_dask(array: Array, chunks: Any = None, region: Any = None) -> Any:
+    return importlib.import_module("zarrx.dask.read").array_to_dask(array, chunks, region=region)
 
 
 conveniences.provide("to_dask", _to_dask)

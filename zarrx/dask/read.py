@@ -7,13 +7,14 @@ store, the node path and the parsed metadata, about a kilobyte pickled, never da
 block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
 ``arr[...]`` takes.
 
-The result is a dask array built by :func:`~zarrx.dask.lazy.lazy_array`: its blocks are
-described by a few numbers per axis (:mod:`zarrx.dask.axes`), so building it, its shape and its
-slicing cost the same for ten chunks or a million, and a slice is a new read layer over the
-chunks it touches: ``from_zarr(store, "t2m")[:10].sum()`` builds, culls and runs a graph of ten
-blocks.
-Whole-array work costs what it costs in dask (one ``Blockwise`` layer, tasks made when dask
-culls it).
+The result is an ordinary dask array built by :func:`~zarrx.dask.lazy.lazy_array`: one
+``Blockwise`` read layer whose tasks are made when dask culls it, described by a few numbers per
+axis (:mod:`zarrx.dask.axes`), so building it costs the same for ten chunks or a million. What
+is done to it afterwards is dask's: a slice shares the read tasks of the array it came from. A
+graph that follows a selection instead of the array is asked for when the array is made:
+``region=`` reads only the blocks the selection touches
+(``from_zarr(store, "t2m", region=(slice(0, 10),))``), and with dask's array expressions dask's
+optimiser pushes slices into the read itself (:mod:`zarrx.dask.expression`).
 
 Tasks need only picklable stores to run on ``dask.distributed`` worker processes: a
 :class:`~zarrx.storage.LocalStore` or an fsspec URL. A :class:`~zarrx.storage.MemoryStore`
@@ -39,8 +40,8 @@ from dask.base import tokenize
 
 from zarrx.dask.alignment import first_bad_boundary, grid_blocks
 from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
-from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array
-from zarrx.errors import GraphTooLargeError, UsageError
+from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array, select
+from zarrx.errors import GraphTooLargeError, NameNotFoundError, SelectionError, UsageError, UsageTypeError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.nodes.api import open_array
@@ -58,7 +59,7 @@ def read_block(handle: ArrayHandle, selection: tuple[slice | int, ...]) -> np.nd
 
 
 # -- reading -------------------------------------------------------------------------------
-def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> da.Array:
+def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, region: Any = None) -> da.Array:
     """The array as a lazy dask array, one task per block.
 
     Parameters
@@ -72,6 +73,12 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> 
         along each axis is a multiple of the (inner) chunk shape.
     name
         The dask array's name (by default one derived from the array and ``chunks``).
+    region
+        A basic selection -- integers, slices (any step), ``Ellipsis``, ``None``, or a mapping
+        of dimension names (or axis numbers) to slices or integers -- to read instead of the
+        whole array: the result is what ``x[region]`` would be, with a graph of the touched
+        blocks only, whatever the size of the array. Blocks stay on the stored grid (the first
+        along an axis may be shorter).
 
     Raises
     ------
@@ -93,12 +100,23 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None) -> 
     276
     >>> array_to_dask(arr, chunks=(4, -1)).chunks
     ((4, 2), (4,))
+    >>> array_to_dask(arr, region=(slice(1, 5), 0)).compute()
+    array([ 4,  8, 12, 16], dtype=int32)
     """
     asked = chunks
     try:
         handle = array.handle
         source = Source(read_block, handle, tokenize(handle), "zarrx-from-zarr")
-        return lazy_array(Layout(source, _read_axes(array, chunks)), array.dtype, name)
+        layout = Layout(source, _read_axes(array, chunks))
+        if region is None:
+            return lazy_array(layout, array.dtype, name)
+        index = _region_index(array, region)
+        try:
+            return select(layout, array.dtype, index)
+        except IndexError as error:
+            raise SelectionError(f"region={region!r} of array {array.name!r} (shape {array.shape}): {error}") from None
+        except TypeError as error:
+            raise UsageTypeError(f"region={region!r} of array {array.name!r}: {error}") from None
     except GraphTooLargeError:
         raise
     except MemoryError:  # a layout the estimate could not see (explicit or "auto" blocks), or little memory
@@ -117,6 +135,7 @@ def from_zarr(
     component: str | None = None,
     name: str | None = None,
     inline_array: bool = False,
+    region: Any = None,
 ) -> da.Array:
     """Open the array at ``path`` as a lazy dask array (see :func:`array_to_dask` for ``chunks``).
 
@@ -124,7 +143,8 @@ def from_zarr(
     zarr-python ``Array`` (read through its store). ``component``, ``name`` and ``inline_array``
     are ``dask.array.from_zarr``'s: ``component`` is another name for ``path``, ``name`` names
     the dask array, and ``inline_array`` changes nothing, since every task holds the array's
-    small handle (never the array object).
+    small handle (never the array object). ``region`` reads a basic selection only, with a
+    graph of the blocks it touches (see :func:`array_to_dask`).
 
     Examples
     --------
@@ -143,7 +163,27 @@ def from_zarr(
     if peer is not None:
         store, path = peer
     array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
-    return array_to_dask(array, chunks, name=name)
+    return array_to_dask(array, chunks, name=name, region=region)
+
+
+def _region_index(array: Array, region: Any) -> Any:
+    """``region`` as an index: a mapping of dimension names or axis numbers becomes a tuple."""
+    if not isinstance(region, dict):
+        return region
+    names = list(array.dimension_names or ())
+    index: list[Any] = [slice(None)] * array.ndim
+    for key, item in region.items():
+        if isinstance(key, int) and not isinstance(key, bool) and -array.ndim <= key < array.ndim:
+            axis = key % array.ndim
+        elif key in names:
+            axis = names.index(key)
+        else:
+            raise NameNotFoundError(
+                f"region: {key!r} is neither an axis number nor a dimension name of array {array.name!r} "
+                f"(dimension names {array.dimension_names})"
+            )
+        index[axis] = item
+    return tuple(index)
 
 
 #: what a dask array keeps per block along each axis (its ``chunks`` tuples, as normalize_chunks

@@ -265,7 +265,6 @@ def _read_graph(x: da.Array, array: Array, offsets: tuple[int, ...]) -> da.Array
         offsets,
         None,
         numblocks={},
-        _data_producer=True,
     )
     graph = HighLevelGraph.from_collections(name, layer, dependencies=())
     return da.Array(graph, name, x.chunks, meta=np.empty((0,) * x.ndim, dtype=array.dtype))

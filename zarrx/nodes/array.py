@@ -257,9 +257,12 @@ class Array(Node[ArrayMetadataLike]):
         self._check_writable()
         write_from(self._handle, indexer, as_array_of(value, self.dtype, indexer.shape))
 
-    def to_dask(self, chunks: Any = None) -> Any:
-        """A lazy dask array, one task per chunk (per shard when sharded); see :func:`zarrx.dask.array_to_dask`."""
-        return conveniences.call("to_dask", self, chunks)
+    def to_dask(self, chunks: Any = None, *, region: Any = None) -> Any:
+        """A lazy dask array, one task per chunk (per shard when sharded); ``region`` (a basic
+        selection: integers, slices, ``Ellipsis``, or ``{dimension name: slice}``) makes the
+        array of that selection only, its graph the size of the selection; see
+        :func:`zarrx.dask.array_to_dask`."""
+        return conveniences.call("to_dask", self, chunks, region=region)
 
     def explain(self, selection: Any = Ellipsis, *, indexing: str = "auto", read_index: bool = True) -> Any:
         """The store requests ``self[selection]`` would make, without reading any chunk; see
