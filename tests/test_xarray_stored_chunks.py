@@ -180,6 +180,10 @@ def test_the_dataarray_accessor_chunks_the_array_and_its_coordinates(metrics):
     assert chunked.other.chunks == ((15, 20, 5),)  # along the shards of s
     assert chunked.encoding == array.encoding and chunked.name == "t"
     np.testing.assert_array_equal(chunked.values, T[5:45])
+    assert array.zarrx.chunk({"time": 2}).chunks == ((15, 20, 5), (3, 3))
+    assert array.isel(x=0).zarrx.chunk({"time": -1}).chunks == ((40,),)
+    with pytest.raises(UsageError, match="not dimensions"):
+        array.zarrx.chunk({"lat": 2})
 
 
 def test_the_datatree_accessor_chunks_every_node():

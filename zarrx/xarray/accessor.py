@@ -151,10 +151,13 @@ class ZarrxDataArrayAccessor(ZarrxDatasetAccessor):
     def chunk(self, multiples: Mapping[Hashable, int] | None = None, **chunk_options: Any) -> Any:
         """The DataArray (and its coordinates but indexes) with dask blocks along the stored
         chunks: see :meth:`ZarrxDatasetAccessor.chunk`."""
-        from zarrx.xarray.stored_chunks import chunk_dataset, chunk_variable
+        from zarrx.xarray.stored_chunks import check_multiples, chunk_dataset, chunk_variable
 
         array = self._obj
-        coords = chunk_dataset(array.coords.to_dataset(), multiples, **chunk_options)
+        multiples = dict(multiples or {})
+        check_multiples(multiples, set(array.dims))
+        coords = array.coords.to_dataset()
+        coords = chunk_dataset(coords, {d: m for d, m in multiples.items() if d in coords.dims}, **chunk_options)
         data = chunk_variable(array.variable, multiples, **chunk_options)
         return array.copy(data=data.data, deep=False).assign_coords(
             {name: variable for name, variable in coords.variables.items() if name not in coords.xindexes}
