@@ -36,6 +36,9 @@ __all__ = ["check_multiples", "chunk_dataset", "chunk_variable", "stored_block_s
 #: the lazy keys whose entries index each dimension on its own (vectorized keys do not)
 _PER_DIMENSION_KEYS = ("BasicIndexer", "OuterIndexer")
 
+#: wrappers looked through at most (xarray stacks a handful: caching, copy-on-write, CF decoding)
+_MAX_WRAPPERS = 32
+
 #: positions along one dimension of the stored array: a range, or an array of indices
 Positions = range | np.ndarray
 
@@ -63,7 +66,9 @@ def _stored_positions(data: Any) -> tuple[ZarrxBackendArray, list[tuple[int, Pos
     ndim = len(data.shape)
     where: list[tuple[int, Positions | None]] = [(axis, None) for axis in range(ndim)]
     node = data
-    while not isinstance(node, ZarrxBackendArray):
+    for _ in range(_MAX_WRAPPERS):
+        if isinstance(node, ZarrxBackendArray):
+            break
         inner = getattr(node, "array", None)
         if inner is None or not hasattr(inner, "shape"):
             return None
@@ -82,6 +87,8 @@ def _stored_positions(data: Any) -> tuple[ZarrxBackendArray, list[tuple[int, Pos
         elif tuple(inner.shape) != tuple(node.shape):  # a wrapper that reshapes (stacked characters...)
             return None
         node = inner
+    else:
+        return None
     return node, [(axis, range(node.shape[axis]) if p is None else p) for axis, p in where]
 
 
