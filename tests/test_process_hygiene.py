@@ -168,7 +168,8 @@ def test_the_importtime_parser_finds_chains():
         "import time:  1 |  3 | zarrx.xarray.chunkmanager\n"
         "import time:  1 |  1 | dask.array\n"
     )
-    assert _imported_through(report, "dask.array") == [["dask.array", "zarrx.dask", "zarrx.xarray.chunkmanager"], ["dask.array"]]
+    chains = _imported_through(report, "dask.array")
+    assert chains == [["dask.array", "zarrx.dask", "zarrx.xarray.chunkmanager"], ["dask.array"]]
 
 
 def test_listing_xarrays_engines_imports_no_dask_through_zarrx():
@@ -190,10 +191,13 @@ def test_listing_xarrays_engines_imports_no_dask_through_zarrx():
 
 
 def test_import_zarrx_imports_neither_its_core_nor_xarray_nor_dask():
-    code = "import sys, zarrx; print(sorted(m for m in ('xarray', 'dask', 'zarrx.io', 'zarrx.codecs', 'zarrx.nodes.api') if m in sys.modules))"
+    modules = ("xarray", "dask", "zarrx.io", "zarrx.codecs", "zarrx.nodes.api")
+    code = f"import sys, zarrx; print(sorted(m for m in {modules!r} if m in sys.modules))"
     assert _run(code) == "[]"
     # and the names are all there on first use
-    code = "import zarrx; print(callable(zarrx.open_group), zarrx.storage.MemoryStore.__name__, 'from_zarr' in dir(zarrx))"
+    code = (
+        "import zarrx; print(callable(zarrx.open_group), zarrx.storage.MemoryStore.__name__, 'from_zarr' in dir(zarrx))"
+    )
     assert _run(code) == "True MemoryStore True"
 
 

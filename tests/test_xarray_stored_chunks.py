@@ -89,7 +89,11 @@ def test_an_integer_selection_drops_its_dimension(metrics):
 
 @pytest.mark.parametrize(
     "multiples, t_blocks, x_blocks",
-    [({"time": 2}, (15, 20, 20, 20, 20), (3, 3)), ({"time": 3, "x": 2}, (25, 30, 30, 10), (6,)), ({"time": -1}, (95,), (3, 3))],
+    [
+        ({"time": 2}, (15, 20, 20, 20, 20), (3, 3)),
+        ({"time": 3, "x": 2}, (25, 30, 30, 10), (6,)),
+        ({"time": -1}, (95,), (3, 3)),
+    ],
 )
 def test_multiples_group_stored_chunks_and_keep_their_boundaries(metrics, multiples, t_blocks, x_blocks):
     chunked = _open(metrics).isel(time=slice(5, 100)).zarrx.chunk(multiples)

@@ -132,7 +132,8 @@ def _regular_sizes(length: int, size: int) -> tuple[int, ...]:
 
 def _multiple(multiples: Mapping[Hashable, int], dim: Hashable) -> int:
     multiple = multiples.get(dim, 1)
-    if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or not (multiple >= 1 or multiple == -1):
+    is_integer = isinstance(multiple, (int, np.integer)) and not isinstance(multiple, bool)
+    if not is_integer or not (multiple >= 1 or multiple == -1):
         raise UsageError(
             f"multiples[{dim!r}]: expected the number of stored chunks per block (an integer >= 1), "
             f"or -1 for one block along the dimension; found {multiple!r}"
@@ -140,7 +141,9 @@ def _multiple(multiples: Mapping[Hashable, int], dim: Hashable) -> int:
     return int(multiple)
 
 
-def stored_block_sizes(variable: Any, multiples: Mapping[Hashable, int] | None = None) -> dict[Hashable, tuple[int, ...]]:
+def stored_block_sizes(
+    variable: Any, multiples: Mapping[Hashable, int] | None = None
+) -> dict[Hashable, tuple[int, ...]]:
     """The dask block sizes of each dimension of an ``xarray.Variable`` along its stored chunks.
 
     ``multiples`` maps a dimension to the number of stored objects (shards, or chunks) in one
