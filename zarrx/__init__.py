@@ -11,105 +11,103 @@ This module is the top of the package: it gathers the public names from the laye
 layers above it (``arr.to_dask()``, ``arr.explain()``, ``str(node)``; see
 :mod:`zarrx.nodes.conveniences`). Nothing inside the package imports it.
 
-It also gives xarray objects their ``.zarrx`` accessor (``ds.zarrx.to_zarr(...)``) in any
-session that uses xarray, without importing xarray itself: at once when xarray is already
-imported, else right after xarray's own import (a one-shot import hook), so ``import zarrx``
-costs nothing to a program that never uses xarray.
+Every name is loaded on first use (``zarrx.open`` imports the core, ``zarrx.from_zarr`` the
+dask layer): Python imports this module before any of zarrx's modules, including the entry
+points xarray loads whenever it lists its engines (``zarrx.xarray.backend``,
+``zarrx.xarray.chunkmanager``), so it must cost nothing to a session that never opens a Zarr
+store.
+
+xarray objects get their ``.zarrx`` accessor (``ds.zarrx.to_zarr(...)``, ``ds.zarrx.chunk()``)
+by plain imports, as with rioxarray or cf_xarray: ``import zarrx.xarray``, or xarray loading
+zarrx's backend entry point (``xr.open_dataset(..., engine="zarrx")``, or xarray listing its
+engines). ``import zarrx`` registers them only when xarray is already imported; it never
+imports xarray itself and never touches the import system.
 """
 
+from __future__ import annotations
+
 import importlib
-import importlib.abc
-import importlib.util
 import sys
-import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zarrx.nodes import conveniences
-from zarrx.nodes.api import consolidate_metadata, create_array, create_group, open, open_array, open_group
-from zarrx.nodes.array import Array
-from zarrx.nodes.group import Group
-from zarrx.tools import display as _display  # noqa: F401 (provides str(node), _repr_html_, tree)
-from zarrx.tools import explain as _explain  # noqa: F401 (provides Array.explain)
-from zarrx.tools.conversion import convert, migrate_v2_to_v3
-from zarrx.tools.verify import verify
+
+if TYPE_CHECKING:
+    from zarrx.dask.read import from_zarr
+    from zarrx.dask.write import to_zarr
+    from zarrx.nodes.api import consolidate_metadata, create_array, create_group, open, open_array, open_group
+    from zarrx.nodes.array import Array
+    from zarrx.nodes.group import Group
+    from zarrx.tools.conversion import convert, migrate_v2_to_v3
+    from zarrx.tools.verify import verify
 
 __version__ = "0.1.0"
 
-#: names loaded on first use, so ``import zarrx`` does not import dask
-_LAZY = {"from_zarr": "zarrx.dask.read", "to_zarr": "zarrx.dask.write"}
+#: each public name and the module it is loaded from on first use
+_LAZY = {
+    "Array": "zarrx.nodes.array",
+    "Group": "zarrx.nodes.group",
+    "open": "zarrx.nodes.api",
+    "open_array": "zarrx.nodes.api",
+    "open_group": "zarrx.nodes.api",
+    "create_array": "zarrx.nodes.api",
+    "create_group": "zarrx.nodes.api",
+    "consolidate_metadata": "zarrx.nodes.api",
+    "convert": "zarrx.tools.conversion",
+    "migrate_v2_to_v3": "zarrx.tools.conversion",
+    "verify": "zarrx.tools.verify",
+    "from_zarr": "zarrx.dask.read",
+    "to_zarr": "zarrx.dask.write",
+}
+
+#: the subpackages and modules reached as attributes (``zarrx.storage.MemoryStore``) after ``import zarrx``
+_SUBMODULES = frozenset(
+    {"codecs", "concurrency", "dask", "dtypes", "errors", "extension", "io", "metadata", "nodes", "sizes",
+     "storage", "testing", "tools", "xarray"}
+)
 
 
-def _to_dask(array: Array, chunks: Any = None, region: Any = None) -> Any:
+# -- the conveniences of the core, each importing its layer when first used ------------------------
+def _to_dask(array: Any, chunks: Any = None, region: Any = None) -> Any:
     return importlib.import_module("zarrx.dask.read").array_to_dask(array, chunks, region=region)
 
 
+def _provided_by(module: str, name: str) -> Any:
+    """The function ``name`` of ``module``, imported at the first call; importing the module
+    provides its own implementation (``conveniences.provide``), which replaces this one."""
+
+    def convenience(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return convenience
+
+
 conveniences.provide("to_dask", _to_dask)
-
-
-# -- the .zarrx accessors of xarray objects -----------------------------------------------------------
-_ACCESSORS = "zarrx.xarray.accessor"
-
-
-class _AccessorLoader(importlib.abc.Loader):
-    """xarray's own loader, then the registration of zarrx's accessors."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _AccessorHook)]
-        sys.modules[module.__name__] = module  # importlib puts it there after exec; the accessors need it now
-        try:
-            importlib.import_module(_ACCESSORS)
-        except Exception as error:  # xarray itself imported fine: never make its import fail
-            warnings.warn(
-                f"zarrx could not register the .zarrx accessors of xarray objects ({error!r}); "
-                "import zarrx.xarray to register them",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-
-    def __getattr__(self, name: str) -> Any:  # resources, get_code, is_package ...: xarray's loader answers
-        return getattr(self._loader, name)
-
-
-class _AccessorHook(importlib.abc.MetaPathFinder):
-    """Waits for ``import xarray``, then lets :class:`_AccessorLoader` load it (and leaves).
-
-    A mere look for xarray (``importlib.util.find_spec("xarray")``, as libraries do to see
-    whether it is installed) gets the wrapped spec too, but imports nothing: the hook stays
-    until xarray is executed."""
-
-    def __init__(self) -> None:
-        self._looking = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "xarray" or self._looking:
-            return None
-        self._looking = True  # the look below asks the other finders, not this one again
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._looking = False
-        if spec is not None and spec.loader is not None:
-            spec.loader = _AccessorLoader(spec.loader)
-        return spec
-
-
-if "xarray" in sys.modules:
-    importlib.import_module(_ACCESSORS)
-elif not any(isinstance(finder, _AccessorHook) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _AccessorHook())
+conveniences.provide("explain", _provided_by("zarrx.tools.explain", "explain"))
+conveniences.provide("node_text", _provided_by("zarrx.tools.display", "node_text"))
+conveniences.provide("node_html", _provided_by("zarrx.tools.display", "node_html"))
+conveniences.provide("tree", _provided_by("zarrx.tools.display", "group_tree"))
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'zarrx' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module 'zarrx' has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+
+
+# xarray is here already: give its objects the .zarrx accessors now (a plain import; when xarray
+# comes later, `import zarrx.xarray` or its loading of zarrx's entry points registers them)
+if "xarray" in sys.modules:
+    importlib.import_module("zarrx.xarray.accessor")
 
 
 __all__ = [

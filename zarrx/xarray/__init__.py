@@ -1,21 +1,23 @@
-"""zarrx in xarray: the ``engine="zarrx"`` backend and the ``.zarrx`` writers.
+"""zarrx in xarray: the ``engine="zarrx"`` backend and the ``.zarrx`` accessors.
 
 Reading::
 
     ds = xr.open_dataset("s3://bucket/data.zarr", engine="zarrx", chunks={})
     tree = xr.open_datatree("data.zarr", engine="zarrx")
+    part = xr.open_dataset("data.zarr", engine="zarrx").isel(time=slice(0, 10)).zarrx.chunk()
 
 Writing::
 
     ds.zarrx.to_zarr("out.zarr", mode="w")          # also DataArray.zarrx and DataTree.zarrx
 
-The accessors are registered when this package is imported, and ``import zarrx`` imports it
-as soon as xarray is imported (or at once, when it already is): ``ds.zarrx`` exists in every
-session that uses xarray, while ``import zarrx`` alone never imports xarray. xarray may be
-imported from inside another library's import (dask's ``dask.array`` does), so importing this
-package imports nothing but xarray and the accessors; the backend and writers (which import
-dask) load on first use of their names, or when xarray loads the ``zarrx`` entry point
-(``zarrx.xarray.backend:ZarrxBackendEntrypoint``).
+Importing this package registers the accessors (``ds.zarrx``, ``da.zarrx``, ``dt.zarrx``) by a
+plain import of :mod:`zarrx.xarray.accessor`, as ``import rioxarray`` registers ``.rio``. The
+``engine="zarrx"`` entry point imports it too, so opening a dataset with zarrx (or xarray listing
+its engines) registers them, and ``import zarrx`` does when xarray is already imported. Importing
+this package imports nothing but xarray and the accessors; the backend, the store and the
+writers (which import zarrx's core and dask) load on first use of their names, or when xarray
+loads the ``zarrx`` entry point (``zarrx.xarray.backend:ZarrxBackendEntrypoint``, which itself
+imports the rest only when a dataset is opened).
 """
 
 import importlib

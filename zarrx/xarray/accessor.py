@@ -1,26 +1,26 @@
 """The ``.zarrx`` accessors of xarray objects: ``ds.zarrx.to_zarr``, ``da.zarrx.to_zarr``,
-``dt.zarrx.to_zarr``.
+``dt.zarrx.to_zarr``, and ``ds.zarrx.chunk()`` / ``da.zarrx.chunk()`` / ``dt.zarrx.chunk()``.
 
 Each ``to_zarr`` has the signature of the xarray method it stands in for (``Dataset.to_zarr``,
 ``DataArray.to_zarr``, ``DataTree.to_zarr``), so switching is a matter of adding ``.zarrx``;
 the parameters are described in :func:`zarrx.xarray.writer.to_zarr` and
-:func:`zarrx.xarray.writer.datatree_to_zarr`.
+:func:`zarrx.xarray.writer.datatree_to_zarr`. ``chunk()`` makes dask blocks that follow the
+stored chunks (or shards) of a selection (:mod:`zarrx.xarray.stored_chunks`).
 
-Importing this module registers them (xarray's ``register_*_accessor``). ``import zarrx``
-imports it as soon as xarray is imported (or at once when it already is), so ``ds.zarrx``
-exists in every session that uses xarray. That may happen while another library is being
-imported (``dask.array`` imports xarray), so this module imports nothing but xarray: the
-writers are imported when ``to_zarr`` is called.
+Importing this module registers them (xarray's public ``register_*_accessor``), as
+``import rioxarray`` registers ``.rio``: ``import zarrx.xarray`` imports it, so does the
+``engine="zarrx"`` entry point that xarray loads (:mod:`zarrx.xarray.backend`), and
+``import zarrx`` does when xarray is already imported. Since an entry point module must stay
+light, this module imports nothing but xarray: the writers and the chunking are imported when
+called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import xarray as xr
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from zarrx.nodes.group import Group
@@ -104,6 +104,40 @@ class ZarrxDatasetAccessor:
             rectilinear=rectilinear,
         )
 
+    def chunk(self, multiples: Mapping[Hashable, int] | None = None, **chunk_options: Any) -> Any:
+        """The object with dask blocks along the stored chunks (shards of a sharded array).
+
+        Select first, then chunk: on a dataset opened with ``engine="zarrx"`` and no
+        ``chunks``, ``.isel``/``.sel`` only record the selection, and ``chunk()`` then builds
+        the graph of the selected blocks alone, each cut at the stored boundaries (after
+        ``isel(time=slice(5, 100))`` over chunks of 10: blocks of 5, 10, 10, ...), so no stored
+        object is read by two tasks. Index variables stay in memory; variables that are already
+        chunked stay as they are.
+
+        Parameters
+        ----------
+        multiples
+            Stored objects per block, by dimension (default 1); -1 for one block along the
+            dimension.
+        **chunk_options
+            Passed to ``Variable.chunk`` (``chunked_array_type``, ``from_array_kwargs``,
+            ``inline_array``, ``lock``).
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, zarrx
+        >>> root = zarrx.create_group("memory://example-accessor-chunk", overwrite=True)
+        >>> t = root.create_array("t", shape=(100,), chunks=(10,), dtype="f4", dimension_names=["time"])
+        >>> ds = xr.open_dataset("memory://example-accessor-chunk", engine="zarrx", consolidated=False)
+        >>> ds.isel(time=slice(5, 40)).zarrx.chunk().t.chunks
+        ((5, 10, 10, 10),)
+        >>> ds.t[5:40].zarrx.chunk({"time": 2}).chunks
+        ((15, 20),)
+        """
+        from zarrx.xarray.stored_chunks import chunk_dataset
+
+        return chunk_dataset(self._obj, multiples, **chunk_options)
+
 
 @xr.register_dataarray_accessor("zarrx")
 class ZarrxDataArrayAccessor(ZarrxDatasetAccessor):
@@ -113,6 +147,21 @@ class ZarrxDataArrayAccessor(ZarrxDatasetAccessor):
         from zarrx.xarray.writer import dataarray_to_zarr
 
         return dataarray_to_zarr(self._obj, *args, **kwargs)
+
+    def chunk(self, multiples: Mapping[Hashable, int] | None = None, **chunk_options: Any) -> Any:
+        """The DataArray (and its coordinates but indexes) with dask blocks along the stored
+        chunks: see :meth:`ZarrxDatasetAccessor.chunk`."""
+        from zarrx.xarray.stored_chunks import check_multiples, chunk_dataset, chunk_variable
+
+        array = self._obj
+        multiples = dict(multiples or {})
+        check_multiples(multiples, set(array.dims))
+        coords = array.coords.to_dataset()
+        coords = chunk_dataset(coords, {d: m for d, m in multiples.items() if d in coords.dims}, **chunk_options)
+        data = chunk_variable(array.variable, multiples, **chunk_options)
+        return array.copy(data=data.data, deep=False).assign_coords(
+            {name: variable for name, variable in coords.variables.items() if name not in coords.xindexes}
+        )
 
 
 @xr.register_datatree_accessor("zarrx")
@@ -179,3 +228,16 @@ class ZarrxDataTreeAccessor:
             chunkmanager_store_kwargs=chunkmanager_store_kwargs,
             rectilinear=rectilinear,
         )
+
+    def chunk(self, multiples: Mapping[Hashable, int] | None = None, **chunk_options: Any) -> Any:
+        """The tree with every node's variables in dask blocks along their stored chunks: see
+        :meth:`ZarrxDatasetAccessor.chunk` (``multiples`` may name any dimension of the tree)."""
+        from zarrx.xarray.stored_chunks import chunk_dataset, check_multiples
+
+        multiples = dict(multiples or {})
+        check_multiples(multiples, {dim for node in self._tree.subtree for dim in node.dataset.dims})
+
+        def chunk_node(dataset: xr.Dataset) -> xr.Dataset:
+            return chunk_dataset(dataset, {d: m for d, m in multiples.items() if d in dataset.dims}, **chunk_options)
+
+        return self._tree.map_over_datasets(chunk_node)

@@ -35,29 +35,27 @@ writers accept.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xarray.backends.common import BackendEntrypoint
-from xarray.backends.store import StoreBackendEntrypoint
-from xarray.core.dataset import Dataset
-from xarray.core.datatree import DataTree
+from xarray import Dataset, DataTree
+from xarray.backends import BackendEntrypoint, StoreBackendEntrypoint
 
+import zarrx.xarray.accessor  # noqa: F401 (registers .zarrx: opening with engine="zarrx" gives the accessors)
 from zarrx.errors import MetadataError, NodeNotFoundError, StoreTypeError, UsageError
-from zarrx.nodes.api import open_group
-from zarrx.nodes.group import Group
-from zarrx.storage import make_store
-from zarrx.storage.store import Store
-from zarrx.xarray.store import (
-    DIMENSION_KEY,
-    MissingDimensionsError,
-    ZarrxBackendArray,
-    ZarrxDataStore,
-)
 
-#: the store's names are re-exported: they were defined here first
+if TYPE_CHECKING:
+    from zarrx.nodes.group import Group
+    from zarrx.xarray.store import ZarrxDataStore
+
+#: the store's names, re-exported (they were defined here first) and loaded on first use: xarray
+#: imports this module whenever it lists its engines, so it imports neither the store nor dask
+_FROM_STORE = ("DIMENSION_KEY", "MissingDimensionsError", "ZarrxBackendArray", "ZarrxDataStore")
+
 __all__ = [
     "DIMENSION_KEY",
     "MissingDimensionsError",
@@ -70,6 +68,22 @@ __all__ = [
 
 #: metadata documents whose path names a Zarr node (``guess_can_open`` and opening a document path)
 METADATA_NAMES = ("zarr.json", ".zgroup", ".zarray", ".zmetadata", ".zattrs")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_STORE:
+        return getattr(importlib.import_module("zarrx.xarray.store"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_zarrx_object(obj: Any) -> bool:
+    """Whether ``obj`` is a zarrx Group or Store, asked without importing them: an object of a
+    class whose module is not imported yet cannot exist."""
+    for module, name in (("zarrx.nodes.group", "Group"), ("zarrx.storage.store", "Store")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(obj, cls):
+            return True
+    return False
 
 
 # -- opening ---------------------------------------------------------------------------------------
@@ -99,6 +113,10 @@ def open_zarrx_group(
     >>> open_zarrx_group("memory://example-backend-open", "a").name
     '/a'
     """
+    from zarrx.nodes.api import open_group
+    from zarrx.nodes.group import Group
+    from zarrx.storage import make_store
+
     if isinstance(store, Group):
         store, group = store.store, "/".join(p for p in (store.path, _group_path(group)) if p)
     zstore = make_store(_store_argument(store), mode="r", storage_options=storage_options)
@@ -185,6 +203,8 @@ def open_data_store(
     >>> sorted(open_data_store("memory://example-data-store", consolidated=False).arrays)
     []
     """
+    from zarrx.xarray.store import ZarrxDataStore
+
     if synchronizer is not None:
         raise UsageError(
             f"synchronizer={synchronizer!r}: zarrx takes no synchronizer; its parallel writes never share a "
@@ -262,7 +282,7 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
     supports_groups = True
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
-        if isinstance(filename_or_obj, (Group, Store)):
+        if _is_zarrx_object(filename_or_obj):
             return True
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             return False
@@ -355,7 +375,7 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
 
     def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
         """The groups of :meth:`open_groups_as_dict` (same keywords) as one DataTree."""
-        from xarray.backends.common import datatree_from_dict_with_io_cleanup
+        from xarray.backends.common import datatree_from_dict_with_io_cleanup  # no public equivalent
 
         return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(filename_or_obj, **kwargs))
 

@@ -21,8 +21,7 @@ from xarray.backends.zarr import (
     encode_zarr_variable,
     extract_zarr_variable_encoding,
 )
-from xarray.core.dataset import Dataset
-from xarray.core.variable import Variable
+from xarray import Dataset, Variable
 from xarray.namedarray.pycompat import is_chunked_array
 
 from zarrx.dask.write import dask_chunk_grid

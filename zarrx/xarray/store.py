@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from xarray.backends.common import NONE_VAR_NAME, AbstractDataStore, BackendArray
-from xarray.backends.zarr import FillValueCoder
-from xarray.core import indexing
-from xarray.core.utils import FrozenDict
-from xarray.core.variable import Variable
+from xarray import Variable
+from xarray.backends import AbstractDataStore, BackendArray
+from xarray.backends.common import NONE_VAR_NAME  # no public equivalent
+from xarray.backends.zarr import FillValueCoder  # no public equivalent: engine="zarr"'s own decoding
+from xarray.core import indexing  # no public equivalent: the indexing classes xarray's backend guide names
 
 from zarrx.dask.alignment import grid_blocks
 from zarrx.errors import ConflictingDimensionsError, MetadataError
@@ -256,15 +257,15 @@ class ZarrxDataStore(AbstractDataStore):
             cached = self._codec_encodings[key] = (pipeline, codec_encoding(array))
         return dict(cached[1])
 
-    def get_variables(self) -> FrozenDict:
+    def get_variables(self) -> Mapping[str, Variable]:
         self.get_dimensions()  # conflicting lengths: a zarrx error naming them, not xarray's bare ValueError
         arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
         # xarray reads every dimension coordinate to build its indexes, one after another:
         # the first of those reads fetches them all in one batch (one round trip, not one each)
         indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
         arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
-        return FrozenDict(
-            (_variable_key(name, array), self.open_store_variable(name, array)) for name, array in arrays.items()
+        return MappingProxyType(
+            {_variable_key(name, array): self.open_store_variable(name, array) for name, array in arrays.items()}
         )
 
     def get_attrs(self) -> dict[str, Any]:

@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 from xarray.backends.zarr import encode_zarr_attr_value
-from xarray.core.dataset import Dataset
-from xarray.core.variable import Variable
+from xarray import Dataset, Variable
 
 from zarrx.errors import ChunkAlignmentError, NameNotFoundError, UsageError, UsageTypeError
 from zarrx.nodes.array import Array

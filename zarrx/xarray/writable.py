@@ -15,7 +15,7 @@ from typing import Any
 
 import dask
 from xarray.backends.common import AbstractWritableDataStore
-from xarray.core.variable import Variable
+from xarray import Variable
 
 from zarrx.errors import ReadOnlyError
 from zarrx.nodes.group import Group

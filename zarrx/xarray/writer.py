@@ -38,9 +38,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 import dask
-from xarray.core.dataarray import DataArray
-from xarray.core.dataset import Dataset
-from xarray.core.datatree import DataTree
+from xarray import DataArray, Dataset, DataTree
 
 from zarrx.errors import NodeNotFoundError, UsageError
 from zarrx.nodes.api import consolidate_metadata, open_group
