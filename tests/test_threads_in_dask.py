@@ -5,7 +5,8 @@
   thread pool of its own (``zarrx.threads-per-task``, default 1); with a larger number a task
   borrows at most that many threads of the one pool. ``arr[...]`` outside dask still uses it.
 * The scratch buffers threads keep are bounded per process (``ZARRX_SCRATCH_BUDGET_BYTES``),
-  measured with tracemalloc, and a task's are freed when it ends.
+  measured with tracemalloc; a task gives its thread's back when it ends, to the next task on
+  any thread (idle worker threads hold none).
 * ``ThreadContexts`` registers one fork handler however many instances are made; instances are
   freed when unused, and a forked child starts with fresh contexts in each.
 
@@ -67,6 +68,7 @@ concurrency._pool = None
 big, small = zarrx.open_array(LocalStore(folder + "/big.zarr")), zarrx.open_array(LocalStore(folder + "/small.zarr"))
 facts["after_reset"] = zarrx_threads()
 concurrency.release_scratch()  # the main thread's, from the writes above (the pool's went with its threads)
+concurrency._spare.clear()  # ... and freed: a fresh process
 gc.collect()
 facts["kept_after_reset"] = concurrency.kept_scratch_bytes()
 tracemalloc.start()
@@ -141,7 +143,7 @@ def test_one_call_inside_a_task_uses_at_most_its_threads(monkeypatch):
             with task_threads(8):  # a nested block may lower the limit, never raise it
                 assert call_threads() == limit
     outside = set(map_concurrent(who, items, caller_works=True))
-    assert len(outside) > 3  # the same call outside a task spreads over the pool
+    assert len(outside) > 1  # the same call outside a task spreads over the pool (however big it was made)
     assert call_threads() == 8
 
 
@@ -159,8 +161,9 @@ def test_threads_per_task_config():
         arr.to_dask().compute(scheduler="sync")
 
 
-def test_distributed_worker_process_starts_no_pool(tmp_path):
+def test_distributed_worker_process_starts_no_pool(tmp_path, monkeypatch):
     distributed = pytest.importorskip("distributed")
+    monkeypatch.setenv("ZARRX_SCRATCH_BUDGET_BYTES", str(192 * 1024))  # for the worker processes
     data = np.arange(512 * 512, dtype="float64").reshape(512, 512)
     # 16 chunks of 128 KiB, decoded on the pool outside dask
     arr = zarrx.create_array(str(tmp_path / "d.zarr"), shape=data.shape, chunks=(128, 128), dtype="float64",
@@ -190,7 +193,7 @@ def test_distributed_worker_process_starts_no_pool(tmp_path):
         (threads,) = client.run(zarrx_threads).values()
         assert threads == []
         (kept,) = client.run(concurrency.kept_scratch_bytes).values()
-        assert kept == 0  # every task freed its scratch at its end
+        assert 0 < kept <= 192 * 1024  # the budget the worker inherited (two threads would keep 256 KiB)
 
         # a larger number in the workers' config: their tasks borrow the worker's one pool
         client.run(lambda: dask.config.set({"zarrx.threads-per-task": 2}) and None)
@@ -201,22 +204,37 @@ def test_distributed_worker_process_starts_no_pool(tmp_path):
 
 
 # -- scratch memory ------------------------------------------------------------------------------
-def test_scratch_of_dask_tasks_is_freed_when_they_end(tmp_path):
-    facts = run_child(tmp_path, "dask", ZARRX_NUM_THREADS="8")
-    # before: each of dask's threads kept its buffers (up to 16 MiB each) after the tasks
-    assert facts["traced"] == 0 and facts["kept"] == 0
-
-
-def test_scratch_kept_is_bounded_per_process(tmp_path):
-    # tasks of 4 threads on 4 of dask's: up to 8 pool threads decode 128 KiB chunks and keep buffers
-    budget = 512 * 1024
-    facts = run_child(tmp_path, "dask", 4, ZARRX_NUM_THREADS="8", DASK_ZARRX__THREADS_PER_TASK="4",
+@pytest.mark.parametrize("per_task", ["1", "4"])
+def test_scratch_kept_is_bounded_per_process(tmp_path, per_task):
+    # tasks on 4 of dask's threads (and with 4 per task, up to 8 pool threads) decode 128 KiB chunks
+    budget = 384 * 1024
+    facts = run_child(tmp_path, "dask", 4, ZARRX_NUM_THREADS="8", DASK_ZARRX__THREADS_PER_TASK=per_task,
                       ZARRX_SCRATCH_BUDGET_BYTES=str(budget))  # fmt: skip
     assert facts["correct"] and facts["written"] and facts["budget"] == budget
     assert facts["kept"] <= budget and facts["traced"] <= budget
-    # the control: with the default budget the same run keeps more than that
-    unbounded = run_child(tmp_path / "control", "dask", 4, ZARRX_NUM_THREADS="8", DASK_ZARRX__THREADS_PER_TASK="4")
-    assert unbounded["traced"] > budget
+    assert facts["kept"] == facts["traced"]  # the count is what is alive, measured outside zarrx
+
+
+def test_scratch_budget_control(tmp_path):
+    # the same run with the default budget keeps more than the budget above: that test can fail
+    facts = run_child(tmp_path, "dask", 4, ZARRX_NUM_THREADS="8", DASK_ZARRX__THREADS_PER_TASK="4")
+    assert facts["traced"] > 384 * 1024 and facts["kept"] == facts["traced"]
+
+
+def test_a_task_gives_its_scratch_to_the_next_task_on_another_thread():
+    def task(found: list) -> None:
+        with task_threads(1):
+            buffer = concurrency.scratch_array((64, 1000), np.dtype("float64"))
+            buffer[...] = 1.0
+            found.append(buffer.__array_interface__["data"][0])
+
+    addresses: list[int] = []
+    for _ in range(3):  # one task per new thread: each ends, the next starts elsewhere
+        thread = threading.Thread(target=task, args=(addresses,))
+        thread.start()
+        thread.join()
+    # warm memory handed from task to task, not one buffer per thread (nor fresh memory per task)
+    assert len(set(addresses)) == 1
 
 
 def test_scratch_accounting_follows_threads_that_end():
