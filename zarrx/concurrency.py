@@ -9,26 +9,41 @@ Small batches run inline, and so do calls made from the pool's own threads
 (waiting on the pool from inside it could deadlock). The pool is created on
 first use and forgotten in a forked child, whose copy has no threads.
 
-Pool tasks decode into :func:`scratch_array`, a buffer each thread keeps.
+Pool tasks decode into :func:`scratch_array`, a buffer each thread keeps; what all threads
+keep together is bounded per process (:data:`SCRATCH_BUDGET_BYTES`), and a larger buffer is
+freed after use.
 
 ``ZARRX_NUM_THREADS`` sets the number of workers (default: the CPU count, at
 least 2 so blocking I/O overlaps even on one core, at most 16).
+
+**Inside a scheduler's task** (a dask task: zarrx's task functions say so with
+:func:`task_threads`) the scheduler owns the threads: a call there uses at most
+``zarrx.threads-per-task`` threads, its own included (dask config, or the environment variable
+``DASK_ZARRX__THREADS_PER_TASK``; default 1: the task's own thread only, no pool), and when
+it ends its thread gives its scratch buffers back to the process (the next task, on any
+thread, takes them warm; idle worker threads hold none). With a larger number the task borrows up to
+that many minus one threads of the one pool; no pool is ever made per task or per worker thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
 import os
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
+from zarrx.errors import UsageError
+
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
+    "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -36,8 +51,14 @@ R = TypeVar("R")
 
 #: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
 _scratch = threading.local()
-#: scratch buffers up to this size stay with their thread between calls
+#: scratch buffers up to this size stay with their thread between calls...
 MAX_KEPT_SCRATCH_BYTES = 16 * 2**20
+#: ... as long as all the threads of the process keep no more than this together
+#: (``ZARRX_SCRATCH_BUDGET_BYTES``): a buffer past it is freed after use
+SCRATCH_BUDGET_BYTES = int(os.environ.get("ZARRX_SCRATCH_BUDGET_BYTES", "0") or 0) or 64 * 2**20
+#: the dask config key of the threads a call inside a task may use, and its value when unset
+THREADS_PER_TASK_KEY = "zarrx.threads-per-task"
+DEFAULT_THREADS_PER_TASK = 1
 #: below this many items the hand-off costs more than it saves
 MIN_CONCURRENT_ITEMS = 4
 GROUPS_PER_WORKER = 4
@@ -45,6 +66,15 @@ THREAD_NAME = "zarrx-worker"
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+#: the thread budget of the task running on each thread (``limit``; absent outside a task)
+_task = threading.local()
+#: bytes of scratch buffers kept by all threads, and the fork generation the count belongs to
+_kept = 0
+_kept_lock = threading.RLock()  # re-entrant: a buffer's finalizer may run wherever it is freed
+_generation = 0
+#: the scratch buffers of tasks that ended (:func:`release_scratch`), for the next task on any thread
+_spare: list[np.ndarray] = []
+_SLOTS = ("buffer", "stored")
 
 
 def pool_size() -> int:
@@ -69,10 +99,13 @@ def _get_pool() -> ThreadPoolExecutor:
 
 def _forget_pool_after_fork() -> None:
     # The child inherits the pool object but none of its threads; tasks queued on
-    # it would wait forever. The lock may have been held at the fork, too.
-    global _pool, _pool_lock
+    # it would wait forever. The lock may have been held at the fork, too. Scratch
+    # buffers start again from none (those of the parent's other threads are gone).
+    global _pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
     _pool = None
     _pool_lock = threading.Lock()
+    _scratch, _spare = threading.local(), []
+    _kept, _kept_lock, _generation = 0, threading.RLock(), _generation + 1
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
@@ -87,11 +120,11 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     threads, instead of waiting: the same thread budget without the hand-off to an idle pool
     thread. (Callers leave it off when their work spawns threads of its own on the main
     thread, as c-blosc does under numcodecs.) The first error stops the others from taking new
-    groups and is raised.
+    groups and is raised. At most :func:`call_threads` threads work on the batch.
     """
     items = items if isinstance(items, (list, tuple)) else list(items)
-    workers = pool_size()
-    if len(items) < MIN_CONCURRENT_ITEMS or workers == 1 or in_pool():
+    workers = call_threads()
+    if len(items) < MIN_CONCURRENT_ITEMS or workers == 1:
         return [function(item) for item in items]
     count = len(items)
     group_size = -(-count // (workers * GROUPS_PER_WORKER))
@@ -134,7 +167,8 @@ def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller
     """``function`` over consecutive runs of ``items``, a few per worker (GROUPS_PER_WORKER), on
     the pool as :func:`map_concurrent`: for work that sets something up once per run (a store's
     batch reader, a scratch buffer) rather than once per item."""
-    size = max(1, -(-len(items) // (pool_size() * GROUPS_PER_WORKER)))
+    workers = call_threads()
+    size = len(items) if workers == 1 else max(1, -(-len(items) // (workers * GROUPS_PER_WORKER)))
     runs = [items[start : start + size] for start in range(0, len(items), size)]
     return map_concurrent(function, runs, caller_works=caller_works)
 
@@ -144,9 +178,76 @@ def in_pool() -> bool:
     return threading.current_thread().name.startswith(THREAD_NAME)
 
 
+def call_threads() -> int:
+    """The threads a zarrx call on this thread may use, itself included: 1 on a pool thread,
+    at most the task's number inside :func:`task_threads`, else :func:`pool_size`."""
+    if in_pool():
+        return 1
+    limit = getattr(_task, "limit", None)
+    workers = pool_size()
+    return workers if limit is None else min(workers, limit)
+
+
+@contextlib.contextmanager
+def task_threads(limit: int | None = None) -> Iterator[int]:
+    """Inside the block this thread runs a task of a scheduler that owns the threads (a dask task).
+
+    Every zarrx call the block makes on this thread uses at most ``limit`` threads, its own
+    included (by default :func:`threads_per_task`; 1 runs it all on this thread, the pool is not
+    used), and at the end of the outermost block the thread gives its scratch buffers back to
+    the process (:func:`release_scratch`). A nested block may lower the limit, never raise it. Yields the limit in force.
+
+    Examples
+    --------
+    >>> with task_threads(1) as limit:
+    ...     limit, call_threads(), map_concurrent(abs, range(-8, 0)) == list(range(8, 0, -1))
+    (1, 1, True)
+    >>> kept_scratch_bytes() >= 0 and getattr(_task, "limit", None) is None
+    True
+    """
+    if limit is None:
+        limit = threads_per_task()
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"{THREADS_PER_TASK_KEY}: expected a whole number of threads, 1 or more; found {limit!r}")
+    outer = getattr(_task, "limit", None)
+    _task.limit = limit if outer is None else min(outer, limit)
+    try:
+        yield _task.limit
+    finally:
+        _task.limit = outer
+        if outer is None:
+            release_scratch()
+
+
+def threads_per_task() -> int:
+    """The threads a zarrx call inside a dask task may use (dask config ``zarrx.threads-per-task``,
+    or the environment variable ``DASK_ZARRX__THREADS_PER_TASK`` as dask reads it; default 1).
+
+    Examples
+    --------
+    >>> import dask
+    >>> with dask.config.set({"zarrx.threads-per-task": 2}):
+    ...     threads_per_task()
+    2
+    """
+    try:
+        import dask.config
+    except ImportError:  # called only from dask's tasks, but dask is optional to zarrx
+        return DEFAULT_THREADS_PER_TASK
+    value = dask.config.get(THREADS_PER_TASK_KEY, None)
+    if value is None:
+        return DEFAULT_THREADS_PER_TASK
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{THREADS_PER_TASK_KEY}: expected a whole number of threads, 1 or more; found {value!r}")
+    return value
+
+
 def start_beside(function: Callable[[], R]) -> "Future[R]":
     """Run ``function`` on a pool thread while the caller goes on (a producer feeding the caller);
-    never call it from a pool thread (see :func:`in_pool`): it could wait for itself."""
+    only when :func:`call_threads` is 2 or more (never from a pool thread: it could wait for
+    itself; never in a task given one thread)."""
     return _get_pool().submit(function)
 
 
@@ -167,12 +268,73 @@ def scratch_bytes(nbytes: int) -> memoryview:
     return memoryview(_kept_bytes("stored", nbytes))
 
 
+def kept_scratch_bytes() -> int:
+    """The bytes of scratch buffers this process keeps between calls, held by threads or given
+    back by tasks that ended (at most :data:`SCRATCH_BUDGET_BYTES`)."""
+    return _kept
+
+
+def release_scratch() -> None:
+    """Give this thread's scratch buffers back to the process: the end of :func:`task_threads`.
+
+    The thread keeps none; the next task, on any thread, takes them warm, and the oldest are
+    freed when a new buffer would not fit in the budget. (Freeing them outright would cost each
+    task fresh memory: 46k page faults, +40% on ``from_zarr(a).sum()`` of 2 MiB chunks.)"""
+    given = [getattr(_scratch, slot) for slot in _SLOTS if hasattr(_scratch, slot)]
+    if not given:
+        return
+    for slot in _SLOTS:
+        if hasattr(_scratch, slot):
+            delattr(_scratch, slot)
+    with _kept_lock:
+        _spare.extend(given)
+
+
 def _kept_bytes(slot: str, nbytes: int) -> np.ndarray:
     """``nbytes`` uninitialised bytes of this thread's buffer ``slot``, grown when too small and
-    kept for the next call up to MAX_KEPT_SCRATCH_BYTES."""
+    kept for the next call up to MAX_KEPT_SCRATCH_BYTES, while the kept total stays in the budget."""
     buffer = getattr(_scratch, slot, None)
-    if buffer is None or buffer.nbytes < nbytes:
+    if buffer is not None and buffer.nbytes >= nbytes:
+        return buffer[:nbytes]
+    if buffer is not None:
+        delattr(_scratch, slot)
+        del buffer  # counted until freed: an array over it may still be in use
+    if nbytes > MAX_KEPT_SCRATCH_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
+    buffer = _take_spare(nbytes) if _spare else None
+    if buffer is None:
         buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        if nbytes <= MAX_KEPT_SCRATCH_BYTES:
-            setattr(_scratch, slot, buffer)
+        if not _reserve(buffer.nbytes):
+            return buffer[:nbytes]
+        weakref.finalize(buffer, _unreserve, buffer.nbytes, _generation)
+    setattr(_scratch, slot, buffer)
     return buffer[:nbytes]
+
+
+def _take_spare(nbytes: int) -> np.ndarray | None:
+    """The smallest buffer given back by an ended task that holds ``nbytes``, taken; or None."""
+    with _kept_lock:
+        fitting = [position for position, spare in enumerate(_spare) if spare.nbytes >= nbytes]
+        if not fitting:
+            return None
+        return _spare.pop(min(fitting, key=lambda position: _spare[position].nbytes))
+
+
+def _reserve(nbytes: int) -> bool:
+    """Count ``nbytes`` more kept, freeing given-back buffers (oldest first) to make room; False
+    when they would not fit even so."""
+    global _kept
+    with _kept_lock:
+        while _kept + nbytes > SCRATCH_BUDGET_BYTES and _spare:
+            del _spare[0]  # freed now; its finalizer uncounts it
+        if _kept + nbytes > SCRATCH_BUDGET_BYTES:
+            return False
+        _kept += nbytes
+        return True
+
+
+def _unreserve(nbytes: int, generation: int) -> None:
+    global _kept
+    with _kept_lock:
+        if generation == _generation:  # not a buffer of the parent, freed in a forked child
+            _kept -= nbytes

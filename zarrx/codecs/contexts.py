@@ -5,7 +5,9 @@ to create and free than a tiny chunk costs to decode: numcodecs makes a new one 
 :class:`ThreadContexts` keeps one per thread and key instead. Contexts are not thread safe,
 so a thread only ever sees its own; none outlives a fork: the child process starts with
 none (a context may hold library threads or locks that do not survive ``fork``), and makes
-its own on first use, as dask's process pools need.
+its own on first use, as dask's process pools need. One fork handler, registered when this
+module is imported, resets every live instance (held weakly: an instance no longer used is
+freed with its contexts, and making many adds no handler).
 
 A thread keeps at most ``max_keys`` contexts (say, compressors at that many levels); making
 one more drops the others, so memory stays bounded by what a few calls in flight allocate.
@@ -15,12 +17,16 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 __all__ = ["ThreadContexts"]
 
 Context = TypeVar("Context")
+
+#: every live instance, for the fork handler
+_instances: "weakref.WeakSet[ThreadContexts]" = weakref.WeakSet()
 
 
 class ThreadContexts(Generic[Context]):
@@ -38,8 +44,7 @@ class ThreadContexts(Generic[Context]):
         self._make = make
         self._max_keys = max_keys
         self._local = threading.local()
-        # a bound method keeps the instance alive; instances are module-level singletons
-        os.register_at_fork(after_in_child=self._forget)
+        _instances.add(self)
 
     def get(self, key: Hashable = None) -> Context:
         """This thread's context for ``key``, made now when it has none yet."""
@@ -57,3 +62,12 @@ class ThreadContexts(Generic[Context]):
 
     def _forget(self) -> None:
         self._local = threading.local()
+
+
+def _forget_all_after_fork() -> None:
+    for contexts in list(_instances):
+        contexts._forget()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_forget_all_after_fork)

@@ -38,6 +38,7 @@ import numpy as np
 from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
+from zarrx.concurrency import task_threads
 from zarrx.dask.alignment import first_bad_boundary, grid_blocks
 from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
 from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array, select
@@ -54,8 +55,12 @@ __all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block"]
 
 # -- tasks ---------------------------------------------------------------------------------
 def read_block(handle: ArrayHandle, selection: tuple[slice | int, ...]) -> np.ndarray:
-    """A dask task: the block of the array at ``selection`` (an integer drops its axis, as in NumPy)."""
-    return np.asarray(read_selection(handle, selection or Ellipsis))
+    """A dask task: the block of the array at ``selection`` (an integer drops its axis, as in NumPy).
+
+    It runs on the thread dask gives it (:func:`zarrx.concurrency.task_threads`: at most
+    ``zarrx.threads-per-task`` threads, default 1) and frees its scratch buffers at the end."""
+    with task_threads():
+        return np.asarray(read_selection(handle, selection or Ellipsis))
 
 
 # -- reading -------------------------------------------------------------------------------

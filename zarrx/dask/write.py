@@ -30,6 +30,7 @@ import numpy as np
 from dask.blockwise import blockwise
 from dask.highlevelgraph import HighLevelGraph
 
+from zarrx.concurrency import task_threads
 from zarrx.dask.alignment import align_blocks, regular_size, warn_partial_objects
 from zarrx.dask.read import BlockSelections
 from zarrx.errors import NodeNotFoundError, ReadOnlyError, UsageError
@@ -60,16 +61,20 @@ def write_block(
     """A dask task: write ``block`` (at ``selection`` in the dask array) at ``offset`` + selection.
 
     Returns what the store then holds there when ``return_stored``, else None (``dask.array.store``'s
-    ``load_store_chunk`` does the same)."""
+    ``load_store_chunk`` does the same). Like :func:`~zarrx.dask.read.read_block` it uses at most
+    ``zarrx.threads-per-task`` threads (:func:`zarrx.concurrency.task_threads`)."""
     target = tuple(slice(s.start + o, s.stop + o) for s, o in zip(selection, offset))
-    write_selection(handle, target or Ellipsis, block)
-    return read_selection(handle, target or Ellipsis) if return_stored else None
+    with task_threads():
+        write_selection(handle, target or Ellipsis, block)
+        return read_selection(handle, target or Ellipsis) if return_stored else None
 
 
 def read_written_block(handle: ArrayHandle, selection: tuple[slice, ...], offset: tuple[int, ...]) -> np.ndarray:
-    """A dask task: the values stored at ``offset`` + ``selection`` (``return_stored`` after a write)."""
+    """A dask task: the values stored at ``offset`` + ``selection`` (``return_stored`` after a write),
+    in :func:`zarrx.concurrency.task_threads` as :func:`write_block`."""
     target = tuple(slice(s.start + o, s.stop + o) for s, o in zip(selection, offset))
-    return read_selection(handle, target or Ellipsis)
+    with task_threads():
+        return read_selection(handle, target or Ellipsis)
 
 
 def to_zarr(

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from zarrx.errors import ChunkEncodeError, SelectionError
-from zarrx.concurrency import in_pool, map_runs, pool_size, start_beside
+from zarrx.concurrency import call_threads, map_runs, start_beside
 from zarrx.io.decode import ChunkDecoder, caller_can_work
 from zarrx.io.fetch import CHUNK, INNER_CHUNKS, SHARD, SHARD_INDEX, Fetcher, PlannedRequest, Request, Trace
 from zarrx.io.handle import ArrayHandle
@@ -182,7 +182,7 @@ def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decod
     if decoder.threaded:  # the table in batches: a huge selection's rows are never all in memory
         for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
             map_runs(run, batch, caller_works=caller_can_work(decoder.pipeline))
-    elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and pool_size() > 1 and not in_pool():
+    elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and call_threads() > 1:
         _read_pipelined(store, max_size, rows, count, decoder)
     else:
         run(rows)

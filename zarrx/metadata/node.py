@@ -209,6 +209,9 @@ def _require(document: Mapping[str, Any], name: str) -> Any:
 _SHARED_FIELDS = ("data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs")
 _shared_cache: dict[bytes, tuple[Any, ...]] = {}
 _SHARED_CACHE_SIZE = 256
+#: a rectilinear grid listing more chunk edges than this is parsed per array, never kept here: its
+#: edges (up to MAX_EDGES per dimension, a tuple entry per chunk) would outlive every array using them
+_SHARED_MAX_EDGES = 1024
 
 
 def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -240,7 +243,8 @@ def _parse_shared_fields(document: Mapping[str, Any]) -> tuple[Any, ...]:
         codecs = codecs.evolve_from_spec(ChunkSpec(first_chunk, data_type, fill_value))
     chunk_key_encoding = parse_chunk_key_encoding(_require(document, "chunk_key_encoding"))
     parsed = (data_type, chunk_grid, chunk_key_encoding, fill_value, codecs)
-    if key is not None:
+    edges = sum(len(d) for d in getattr(chunk_grid, "chunk_shapes", ()) if isinstance(d, tuple))
+    if key is not None and edges <= _SHARED_MAX_EDGES:
         if len(_shared_cache) >= _SHARED_CACHE_SIZE:
             _shared_cache.clear()
         _shared_cache[key] = parsed
