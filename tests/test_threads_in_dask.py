@@ -61,6 +61,9 @@ small = zarrx.create_array(LocalStore(folder + "/small.zarr"), shape=(512, 4096)
                            compressors=[{"name": "zstd", "configuration": {"level": 1}}])
 expected_small = np.arange(512 * 4096, dtype="int32").reshape(512, 4096)
 small[...] = expected_small
+# a group for xarray: 16 chunks of 128 KiB
+root = zarrx.create_group(LocalStore(folder + "/ds.zarr"))
+root.create_array("v", shape=(256, 1024), chunks=(128, 128), dtype="float64", dimension_names=["y", "x"])[...] = data[:256]
 # what made them ran on the pool: a fresh process from here
 facts = {"pool_before": zarrx_threads()}
 concurrency._pool.shutdown(wait=True)
@@ -82,6 +85,11 @@ if case == "dask":
         out = zarrx.to_zarr(x + 1, LocalStore(folder + "/out.zarr"), chunks=(128, 128))
         facts["written"] = bool(np.array_equal(out.to_dask().compute(), data + 1))  # read in tasks too
     facts["seen_in_task"] = int(seen)
+elif case == "xarray":  # xarray's own dask tasks (dask's chunk manager) read through the backend array
+    import xarray as xr
+    ds = xr.open_dataset(LocalStore(folder + "/ds.zarr"), engine="zarrx", chunks={"y": 256, "x": 512})
+    with dask.config.set(scheduler="threads", num_workers=workers):
+        facts["correct"] = bool(np.array_equal(ds.v.values, data[:256]))
 elif case == "plain":
     facts["correct"] = bool(np.array_equal(big[...], data))
 facts["threads"] = zarrx_threads()
@@ -112,6 +120,12 @@ def test_threaded_scheduler_starts_no_pool(tmp_path):
     assert facts["correct"] and facts["written"]
     assert facts["seen_in_task"] == 0
     assert facts["threads"] == [], "zarrx started threads inside dask's tasks"
+
+
+def test_xarray_tasks_read_on_their_own_threads(tmp_path):
+    facts = run_child(tmp_path, "xarray", ZARRX_NUM_THREADS="8")
+    assert facts["correct"]
+    assert facts["threads"] == [], "zarrx started threads inside the tasks xarray made"
 
 
 def test_threads_per_task_from_the_environment(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +27,7 @@ from xarray.backends.common import NONE_VAR_NAME  # no public equivalent
 from xarray.backends.zarr import FillValueCoder  # no public equivalent: engine="zarr"'s own decoding
 from xarray.core import indexing  # no public equivalent: the indexing classes xarray's backend guide names
 
+from zarrx.concurrency import task_threads
 from zarrx.dask.alignment import grid_blocks
 from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
@@ -75,7 +77,9 @@ class ZarrxBackendArray(BackendArray):
 
     Outer and vectorized keys are read natively (``oindex``/``vindex``); only a vectorized key
     mixing slices and arrays is read as its outer bounding selection, then indexed in memory.
-    ``async_getitem`` serves xarray's asynchronous loading (``ds.load_async()``).
+    ``async_getitem`` serves xarray's asynchronous loading (``ds.load_async()``). A read on a
+    thread other than the main one (a task xarray made with dask's chunk manager) runs in
+    :func:`zarrx.concurrency.task_threads`, as zarrx's own dask tasks do.
     """
 
     __slots__ = ("_array", "dtype", "shape")
@@ -89,6 +93,15 @@ class ZarrxBackendArray(BackendArray):
         return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        if threading.current_thread() is threading.main_thread():
+            return self._read(key)
+        # on another thread -- a task of dask's (xarray makes the tasks with dask's chunk manager,
+        # through its own getter, so zarrx cannot mark them) or the caller's own parallel work --
+        # the read runs on that thread, as a zarrx dask task does (zarrx.threads-per-task)
+        with task_threads():
+            return self._read(key)
+
+    def _read(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         kind = type(key)
         support = indexing.IndexingSupport.VECTORIZED
         if kind is indexing.VectorizedIndexer and any(isinstance(item, slice) for item in key.tuple):
