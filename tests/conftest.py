@@ -1,5 +1,4 @@
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -155,16 +154,6 @@ def pytest_configure(config):
         )
     if use_dask_array():
         _register_dask_array()
-
-
-def pytest_report_header(config):
-    if "dask.array" not in sys.modules:  # only once something imported it: the import fixes the mode
-        return None
-    import dask.array as da
-
-    mode = "on" if da.array_expr_enabled() else "off"
-    extra = ", dask-array is xarray's dask chunk manager" if use_dask_array() else ""
-    return f"dask array expressions (array.query-planning): {mode} ({da.Array.__module__}.Array){extra}"
 
 
 def pytest_collection_modifyitems(config, items):

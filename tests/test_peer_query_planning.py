@@ -1,21 +1,25 @@
-"""The peer suites again, with dask's array expressions on (``DASK_ARRAY__QUERY_PLANNING=True``).
+"""The peer suites again with dask's array expressions: dask's own (``DASK_ARRAY__QUERY_PLANNING=True``)
+and the separate ``dask-array`` package as xarray's chunk manager.
 
 dask reads ``array.query-planning`` once, when ``dask.array`` is first imported, so each run is
 a separate ``python -m pytest`` of the peer modules with that setting (and
 ``ZARRX_EXPECT_DASK_ARRAY_EXPRESSIONS=1``, which makes ``tests/conftest.py`` stop the run unless
 ``dask.array.array_expr_enabled()`` is true and a new dask array carries a ``dask._expr.Expr``).
-The normal run of the same modules is the "off" mode, unchanged.
+``XR_USE_DASK_ARRAY=1`` -- xarray's own switch -- makes ``tests/conftest.py`` register
+``dask_array.xarray`` as xarray's "dask" chunk manager (query planning stays off: dask-array is a
+package of its own). The normal run of the same modules is the "off" mode, unchanged.
 
-What must hold with expressions on:
+What must hold in these modes:
 
-- ``tests/test_peer_dask.py``: every test passes, or is in its ``DIFFERENCES`` (strict xfails)
-  -- there is no dask baseline, since dask's own ``from_zarr``/``to_zarr`` raise
-  NotImplementedError with expressions on.
+- ``tests/test_peer_dask.py`` with expressions on: every test passes, or is in its
+  ``DIFFERENCES`` (strict xfails) -- there is no dask baseline, since dask's own
+  ``from_zarr``/``to_zarr`` raise NotImplementedError with expressions on.
 - the xarray peer suites: zarrx fails no test that xarray's own ``engine="zarr"`` passes in the
   same mode. With dask 2026.8 xarray itself fails hundreds of its zarr tests with expressions on
-  (dask's expression ``Array`` lacks ``__array_function__``, ``store``, ``vindex``...), so the same
-  classes are run without zarrx (``tests/peer_baseline_xarray.py``) and a zarrx failure counts only
-  where that run passed the test. The message names each such test and its error.
+  (dask's expression ``Array`` lacks ``__array_function__``, ``store``, ``vindex``...), so every
+  test zarrx fails is run again without zarrx (``tests/peer_baseline_xarray.py``, the same
+  classes) and counts only where that run passed it. The message names each such test and its
+  error. (With dask-array, xarray's own engine passes them all.)
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ EXPRESSIONS_ON = {"DASK_ARRAY__QUERY_PLANNING": "True", "ZARRX_EXPECT_DASK_ARRAY
 
 def run_suite(paths: list[str], env: dict[str, str], report: Path) -> dict[str, tuple[str, str]]:
     """Run pytest on ``paths`` (relative to the repository) in a new interpreter with ``env``
-    added; the outcome (passed, failed, skipped) and message of each test, by ``Class::test[id]``."""
+    added; the outcome (passed, failed, xfailed, skipped) and message of each test, by ``Class::test[id]``."""
     environment = {**os.environ, **env}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=no", f"--junitxml={report}"]
@@ -59,7 +63,8 @@ def outcomes(report: Path) -> dict[str, tuple[str, str]]:
             if child.tag in ("failure", "error") and outcome != "failed":
                 outcome, message = "failed", child.get("message", "")
             elif child.tag == "skipped" and outcome == "passed":
-                outcome, message = "skipped", child.get("message", "")
+                outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
+                message = child.get("message", "")
         if results.get(key, ("",))[0] != "failed":  # a failure and a teardown error: the first says why
             results[key] = (outcome, message)
     return results
