@@ -47,7 +47,8 @@ def run_suite(paths: list[str], env: dict[str, str], report: Path) -> dict[str, 
         [*command, *paths], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1800
     )
     if done.returncode not in (0, 1) or not report.exists():
-        raise AssertionError(f"pytest {paths} did not run (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        raise AssertionError(f"pytest {paths} did not run (exit {done.returncode}):\n{output}")
     return outcomes(report)
 
 
@@ -71,7 +72,8 @@ def outcomes(report: Path) -> dict[str, tuple[str, str]]:
 
 
 def listing(failures: dict[str, str]) -> str:
-    return "\n".join(f"  {key}: {message.splitlines()[0][:200] if message else ''}" for key, message in sorted(failures.items()))
+    """One line per failed test: its key and the first line of its error."""
+    return "\n".join(f"  {key}: {(message.splitlines() or [''])[0][:200]}" for key, message in sorted(failures.items()))
 
 
 def test_dask_peer_suite_with_array_expressions(tmp_path):
