@@ -12,6 +12,10 @@ zarrx wrote.
 xarray's zarr classes choose the Zarr format with zarr-python's ``default_zarr_format``
 setting (their ``default_zarr_format`` fixture); the adapter passes that format to zarrx's
 writer when a test gives none, as xarray's writer takes it from zarr-python.
+
+:func:`zarr_test_names` lists a peer test module's zarr tests from its source, and
+:func:`load_peer_tests` loads just those (with what they use) from a module that skips itself
+as a whole in some mode -- dask's ``test_array_core`` with array expressions on.
 """
 
 from __future__ import annotations
