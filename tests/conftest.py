@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -104,14 +106,54 @@ PEER_MARKERS = {
     "flaky": "xarray's and dask's: a test that fails at times",
     "network": "xarray's: needs the internet (never run here)",
     "slow": "dask's and xarray's: a slow test",
-    "skip_with_dask_array": "xarray's: skipped when dask-array is xarray's chunk manager (never here)",
-    "xfail_with_dask_array": "xarray's: fails when dask-array is xarray's chunk manager (never here)",
+    "skip_with_dask_array": "xarray's: skipped when dask-array is xarray's chunk manager (XR_USE_DASK_ARRAY=1)",
+    "xfail_with_dask_array": "xarray's: fails when dask-array is xarray's chunk manager (XR_USE_DASK_ARRAY=1)",
 }
+
+#: set by tests/test_peer_query_planning.py for the peer suites it runs with dask's array
+#: expressions (DASK_ARRAY__QUERY_PLANNING=True): the run stops unless they are really in use
+EXPECT_ARRAY_EXPRESSIONS = "ZARRX_EXPECT_DASK_ARRAY_EXPRESSIONS"
+
+
+def _on(name):
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def use_dask_array():
+    """xarray's own switch (its conftest's ``XR_USE_DASK_ARRAY``): the separate ``dask-array``
+    package is xarray's "dask" chunk manager for the run."""
+    return _on("XR_USE_DASK_ARRAY")
+
+
+def array_expressions_in_use():
+    """Whether ``dask.array.Array`` is dask's array-expression class (``array.query-planning``):
+    dask's public ``array_expr_enabled()`` says so, and a new array has an expression."""
+    import dask._expr
+    import dask.array as da
+
+    return da.array_expr_enabled() and isinstance(getattr(da.zeros(1), "expr", None), dask._expr.Expr)
+
+
+def _register_dask_array():
+    try:
+        import dask_array.xarray
+    except ImportError as error:
+        raise pytest.UsageError("XR_USE_DASK_ARRAY=1 needs the dask-array package") from error
+    dask_array.xarray.register()
+    if not dask_array.xarray.isactive():
+        raise pytest.UsageError("dask-array registered, but it is not xarray's active dask chunk manager")
 
 
 def pytest_configure(config):
     for name, description in PEER_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
+    if _on(EXPECT_ARRAY_EXPRESSIONS) and not array_expressions_in_use():
+        raise pytest.UsageError(
+            f"{EXPECT_ARRAY_EXPRESSIONS} is set but dask's array expressions are not in use: set "
+            "DASK_ARRAY__QUERY_PLANNING=True before dask.array is first imported"
+        )
+    if use_dask_array():
+        _register_dask_array()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -133,6 +175,12 @@ def pytest_collection_modifyitems(config, items):
         reason = differences.get(item.name, differences.get(name))
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+        if use_dask_array() and "skip_with_dask_array" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="skipped with dask-array chunk manager"))
+        if use_dask_array() and "xfail_with_dask_array" in item.keywords:
+            mark = item.get_closest_marker("xfail_with_dask_array")
+            kwargs = {"reason": "expected failure with dask-array chunk manager", "strict": True, **mark.kwargs}
+            item.add_marker(pytest.mark.xfail(**kwargs))
         params = getattr(getattr(item, "callspec", None), "params", {})
         for mark in item.iter_markers("skip_if_param"):
             wanted = {k: v for k, v in mark.kwargs.items() if k not in ("reason", "condition")}
@@ -146,5 +194,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_setup(item):
+    if use_dask_array():
+        _register_dask_array()  # as xarray's conftest: a test may have reset the chunk managers
     if "network" in item.keywords:
         pytest.skip("needs the internet")

@@ -12,12 +12,20 @@ zarrx wrote.
 xarray's zarr classes choose the Zarr format with zarr-python's ``default_zarr_format``
 setting (their ``default_zarr_format`` fixture); the adapter passes that format to zarrx's
 writer when a test gives none, as xarray's writer takes it from zarr-python.
+
+:func:`zarr_test_names` lists a peer test module's zarr tests from its source, and
+:func:`load_peer_tests` loads just those (with what they use) from a module that skips itself
+as a whole in some mode -- dask's ``test_array_core`` with array expressions on.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
 import inspect
+import pathlib
+import types
 from typing import Any
 
 import dask.array as da
@@ -27,7 +35,7 @@ from xarray.backends import plugins
 
 import zarrx
 
-__all__ = ["route_xarray_to_zarrx", "route_dask_to_zarrx", "with_default_format"]
+__all__ = ["route_xarray_to_zarrx", "route_dask_to_zarrx", "with_default_format", "load_peer_tests", "zarr_test_names"]
 
 
 def with_default_format(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -86,4 +94,73 @@ def route_dask_to_zarrx(monkeypatch: Any) -> None:
     with ``align_chunks=True`` (dask's ``to_zarr`` always lines the blocks up with the chunks)."""
     monkeypatch.setattr(da, "from_zarr", zarrx.from_zarr)
     monkeypatch.setattr(da, "to_zarr", _dask_to_zarr)
-    monkeypatch.setattr(da.Array, "to_zarr", _dask_to_zarr)
+    # dask's array-expression class (``array.query-planning``) has no ``to_zarr`` method: dask's
+    # own tests call ``x.to_zarr`` all the same, so it is routed to zarrx in both modes
+    monkeypatch.setattr(da.Array, "to_zarr", _dask_to_zarr, raising=False)
+
+
+def _definitions(module_name: str) -> tuple[str, ast.Module]:
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no module {module_name!r}")
+    return spec.origin, ast.parse(pathlib.Path(spec.origin).read_text(encoding="utf-8"), spec.origin)
+
+
+def zarr_test_names(module_name: str) -> set[str]:
+    """The top-level test functions of the installed peer module ``module_name`` that mention zarr
+    (in their name, decorators or body), read from its source without importing it."""
+    _, tree = _definitions(module_name)
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.startswith("test_")
+        and "zarr" in ast.unparse(node).lower()
+    }
+
+
+def _names_used(node: ast.AST) -> set[str]:
+    """The names a definition refers to: in its body and decorators, and its parameters (fixtures)."""
+    names = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        names |= {arg.arg for arg in node.args.args}
+    return names
+
+
+def load_peer_tests(module_name: str, tests: set[str]) -> types.ModuleType:
+    """The installed peer test module ``module_name`` holding only its prologue and ``tests``.
+
+    dask skips its ``test_array_core`` module as a whole when array expressions are on
+    (``pytest.skip(..., allow_module_level=True)``, because other tests' parameters call
+    functions the expressions lack), which would skip its zarr tests with it. This reads the
+    module's source, as installed, and runs: every statement before its first definition or
+    that skip (its imports and settings), the test functions named in ``tests``, and the
+    module-level functions and fixtures those use (by name or parameter, transitively). The
+    kept statements are not changed; their asserts are plain ones (pytest does not rewrite them).
+    """
+    origin, tree = _definitions(module_name)
+    prologue: list[ast.stmt] = []
+    for statement in tree.body:
+        definition = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        if definition or (isinstance(statement, ast.If) and "array_expr_enabled" in ast.unparse(statement.test)):
+            break
+        prologue.append(statement)
+    definitions = {
+        statement.name: statement
+        for statement in tree.body
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    missing = sorted(set(tests) - set(definitions))
+    if missing:
+        raise ImportError(f"{module_name} has no {missing}")
+    keep, pending = set(tests), list(tests)
+    while pending:
+        for name in _names_used(definitions[pending.pop()]):
+            if name in definitions and name not in keep and not name.startswith("test_"):
+                keep.add(name)
+                pending.append(name)
+    body = prologue + [statement for statement in tree.body if getattr(statement, "name", None) in keep]
+    module = types.ModuleType(module_name, f"{module_name}: only {sorted(keep)}")
+    module.__file__ = origin
+    exec(compile(ast.Module(body=body, type_ignores=[]), origin, "exec"), module.__dict__)  # noqa: S102
+    return module
