@@ -87,6 +87,10 @@ class RegularAxis:
         block = (self.start + index - self.origin) // self.size
         return min(self.stop, self.origin + (block + 1) * self.size) - self.start
 
+    def shifted(self, offset: int) -> RegularAxis:
+        """The same blocks ``offset`` elements further along the stored axis."""
+        return RegularAxis(self.start + offset, self.stop + offset, self.size, self.origin + offset)
+
     def sliced(self, begin: int, end: int) -> RegularAxis:
         """The blocks of elements ``begin:end`` of this axis (``0 <= begin <= end <= length``)."""
         return RegularAxis(self.start + begin, self.start + end, self.size, self.origin)
@@ -139,6 +143,10 @@ class TableAxis:
 
     def block_end(self, index: int) -> int:
         return int(self.edges[np.searchsorted(self.edges, self.start + index, "right")]) - self.start
+
+    def shifted(self, offset: int) -> TableAxis:
+        """The same blocks ``offset`` elements further along the stored axis."""
+        return TableAxis(self.edges + offset)
 
     def sliced(self, begin: int, end: int) -> TableAxis:
         first, last = self.start + begin, self.start + end

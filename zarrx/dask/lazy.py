@@ -33,7 +33,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from zarrx.dask.layout import BlockSelections, Layout, Source, plan_selection
 
-__all__ = ["BlockSelections", "Layout", "Source", "lazy_array", "read_layer", "select"]
+__all__ = ["lazy_array", "read_layer", "select"]
 
 
 # -- the array ---------------------------------------------------------------------------------

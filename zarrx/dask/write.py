@@ -27,12 +27,12 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-from dask.blockwise import blockwise
-from dask.highlevelgraph import HighLevelGraph
 
 from zarrx.concurrency import task_threads
 from zarrx.dask.alignment import align_blocks, regular_size, warn_partial_objects
-from zarrx.dask.read import BlockSelections
+from zarrx.dask.axes import axis_from_sizes
+from zarrx.dask.lazy import Layout, Source, lazy_array
+from zarrx.dask.read import BlockSelections, read_block
 from zarrx.errors import NodeNotFoundError, ReadOnlyError, UsageError
 from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
@@ -67,14 +67,6 @@ def write_block(
     with task_threads():
         write_selection(handle, target or Ellipsis, block)
         return read_selection(handle, target or Ellipsis) if return_stored else None
-
-
-def read_written_block(handle: ArrayHandle, selection: tuple[slice, ...], offset: tuple[int, ...]) -> np.ndarray:
-    """A dask task: the values stored at ``offset`` + ``selection`` (``return_stored`` after a write),
-    in :func:`zarrx.concurrency.task_threads` as :func:`write_block`."""
-    target = tuple(slice(s.start + o, s.stop + o) for s, o in zip(selection, offset))
-    with task_threads():
-        return read_selection(handle, target or Ellipsis)
 
 
 def to_zarr(
@@ -160,8 +152,7 @@ def to_zarr(
     strategy = _alignment(align, safe_chunks, align_chunks)
     path = _path(path, component)
     overwrite = _overwrite(mode, overwrite)
-    if not isinstance(x, da.Array):
-        x = da.asarray(x)
+    x = _as_dask_array(x)
     if any(math.isnan(size) for sizes in x.chunks for size in sizes):
         raise UsageError(
             "Saving a dask array with unknown chunk sizes is not currently supported by Zarr: to_zarr needs known "
@@ -217,6 +208,20 @@ def _path(path: str, component: str | None) -> str:
     return component
 
 
+def _as_dask_array(x: Any) -> da.Array:
+    """``x`` as a ``dask.array.Array``: itself; the graph of another dask array class (the
+    ``dask-array`` package's, which xarray hands over when it is xarray's chunk manager) under
+    its own name, not wrapped as a block of data by ``from_array``; anything else through
+    ``dask.array.asarray``."""
+    if isinstance(x, da.Array):
+        return x
+    if not da.array_expr_enabled() and dask.is_dask_collection(x) and all(
+        hasattr(x, name) for name in ("chunks", "name", "_meta")
+    ):
+        return da.Array(x.__dask_graph__(), x.name, x.chunks, meta=x._meta)
+    return da.asarray(x)
+
+
 def _overwrite(mode: str | None, overwrite: bool) -> bool:
     if mode is None or mode in ("a", "w-", "r+"):
         return overwrite
@@ -231,8 +236,9 @@ def _write_graph(x: da.Array, array: Array, offsets: tuple[int, ...], return_sto
     """One write task per block of ``x``, as a dask array with ``x``'s blocks."""
     handle = array.handle.evolve(for_writing=True)
     # Writes are side effects: a name of their own each time, so dask never takes a repeated
-    # write for one it has already done (as it would a pure computation with the same key).
-    name = f"zarrx-to-zarr-{uuid.uuid4().hex}"
+    # write for one it has already done (as it would a pure computation with the same key). A
+    # token, not a name: dask's array expressions never lower a named blockwise over a rechunk.
+    token = f"zarrx-to-zarr-{uuid.uuid4().hex}"
     indices = tuple(range(x.ndim))
     return da.blockwise(
         write_block,
@@ -247,7 +253,7 @@ def _write_graph(x: da.Array, array: Array, offsets: tuple[int, ...], return_sto
         None,
         return_stored,
         None,
-        name=name,
+        token=token,
         dtype=x.dtype,
         meta=x._meta,
         align_arrays=False,
@@ -256,23 +262,12 @@ def _write_graph(x: da.Array, array: Array, offsets: tuple[int, ...], return_sto
 
 
 def _read_graph(x: da.Array, array: Array, offsets: tuple[int, ...]) -> da.Array:
-    """The written values, read back with ``x``'s blocks (``return_stored`` after computing)."""
+    """The written values, read back with ``x``'s blocks (``return_stored`` after computing): a
+    read of the array's region at ``offsets``, under a name of its own (the values are new)."""
     name = f"zarrx-stored-{uuid.uuid4().hex}"
-    indices = tuple(range(x.ndim))
-    layer = blockwise(
-        read_written_block,
-        name,
-        indices,
-        array.handle,
-        None,
-        BlockSelections(x.chunks),
-        indices,
-        offsets,
-        None,
-        numblocks={},
-    )
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-    return da.Array(graph, name, x.chunks, meta=np.empty((0,) * x.ndim, dtype=array.dtype))
+    source = Source(read_block, array.handle, name, "zarrx-stored")
+    axes = tuple(axis_from_sizes(sizes).shifted(offset) for sizes, offset in zip(x.chunks, offsets))
+    return lazy_array(Layout(source, axes), array.dtype, name, chunks=x.chunks)
 
 
 def _create_target(
