@@ -16,7 +16,7 @@ import pytest
 
 import zarrx
 from zarrx.codecs.sharding import ShardingCodec
-from zarrx.errors import ChunkDecodeError, OutsideStoreError
+from zarrx.errors import ChunkDecodeError, OutsideStoreError, StoreError
 from zarrx.io.plan import plan_objects, shard_table, table_rows
 from zarrx.io.selection import BasicIndexer
 from zarrx.storage import LocalStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest, WrapperStore
@@ -52,7 +52,9 @@ def test_a_local_range_reader_reads_one_version_of_the_file(tmp_path):
         buffer = bytearray(4)
         assert value.readinto(2, memoryview(buffer)) == 4 and buffer == b"2345"
         assert value.readinto(8, memoryview(buffer)) == 2  # short only at the end
-        assert open_value("a/missing") is None and open_value("a") is None  # a folder is not a value
+        assert open_value("a/missing") is None and open_value("a/b/c") is None  # missing; below a file
+        with pytest.raises(StoreError, match="'a'.*a folder"):
+            open_value("a")  # a folder is no value, and not missing either
     assert store.get("a/b") == b"abcdefghijklmnop"
 
 
