@@ -121,13 +121,12 @@ def object_locks(store: Any, keys: Iterable[str]) -> Iterator[None]:
     except TypeError:  # a location that cannot be hashed: the store object itself
         identity = ("object", id(store))
     stripes = sorted({hash((identity, key)) % STRIPES for key in keys})
-    _hold = _OBJECT_LOCKS
     taken = []
     try:
         for stripe in stripes:  # one global order: no deadlock between writers
-            _hold[stripe].acquire()
+            _OBJECT_LOCKS[stripe].acquire()
             taken.append(stripe)
         yield
     finally:
         for stripe in reversed(taken):
-            _hold[stripe].release()
+            _OBJECT_LOCKS[stripe].release()
