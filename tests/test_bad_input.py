@@ -998,7 +998,7 @@ def release_fifo(path: Path) -> None:
 
 
 STORE_FAILURES = {  # what is at the chunk's path: the result the store contract gives
-    "directory": "missing",
+    "directory": StoreError,  # a folder holds no value: it is not read as missing (the fill value)
     "dangling-symlink": "missing",
     "parent-is-file": "missing",  # (both chunks x/c/1/0 and x/c/1/1 are then missing)
     "symlink-loop": StoreError,
@@ -1012,9 +1012,9 @@ STORE_FAILURES = {  # what is at the chunk's path: the result the store contract
 @pytest.mark.parametrize("kind", STORE_FAILURES)
 @pytest.mark.parametrize("target", ["chunk", "metadata"])
 def test_local_store_failure(tmp_path, kind, target):
-    """Not-a-file at a key reads as missing (a folder, a dangling link) or fails with a
-    StoreError naming the key (a FIFO, a device, a link loop): never a bare OSError, never a
-    read that blocks or never ends."""
+    """Not-a-file at a key reads as missing (a dangling link, a file where a folder of the key
+    should be) or fails with a StoreError naming the key (a folder, a FIFO, a device, a link
+    loop): never a bare OSError, never a read that blocks or never ends."""
     create(tmp_path / "store", "zstd")
     key = CHUNK_KEY if target == "chunk" else "x/zarr.json"
     path = tmp_path / "store" / key

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx.errors import ChunkDecodeError, OutsideStoreError
+from zarrx.codecs.sharding import ShardingCodec
+from zarrx.errors import ChunkDecodeError, OutsideStoreError, StoreError
 from zarrx.io.plan import plan_objects, shard_table, table_rows
 from zarrx.io.selection import BasicIndexer
 from zarrx.storage import LocalStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest, WrapperStore
@@ -51,7 +52,9 @@ def test_a_local_range_reader_reads_one_version_of_the_file(tmp_path):
         buffer = bytearray(4)
         assert value.readinto(2, memoryview(buffer)) == 4 and buffer == b"2345"
         assert value.readinto(8, memoryview(buffer)) == 2  # short only at the end
-        assert open_value("a/missing") is None and open_value("a") is None  # a folder is not a value
+        assert open_value("a/missing") is None and open_value("a/b/c") is None  # missing; below a file
+        with pytest.raises(StoreError, match="'a'.*a folder"):
+            open_value("a")  # a folder is no value, and not missing either
     assert store.get("a/b") == b"abcdefghijklmnop"
 
 
@@ -160,27 +163,54 @@ def test_an_index_pointing_past_the_end_of_the_file_is_refused_naming_the_shard(
 E = 2**64 - 1  # an empty inner chunk's offset and size
 
 
-@pytest.mark.parametrize("entries, past", [
-    ([(0, 10), (10, 20), (30, 70)], None),        # every entry inside the 100 bytes
-    ([(0, 10), (E, E), (90, 10)], None),          # an empty inner chunk, the rest inside
-    ([(0, 10), (60, 50), (30, 10)], (1,)),        # offset and size each inside, their sum past the end
-    ([(0, 10), (E, E), (95, 6)], (2,)),           # the same beside an empty one
-    ([(0, 10), (101, 0), (30, 10)], (1,)),        # an offset past the end
-    ([(E, 5), (0, 10), (10, 10)], (0,)),          # half empty: an offset but no size of an empty chunk
-    ([(0, E - 5), (0, 10), (10, 10)], (0,)),      # a size that would overflow the sum
+@pytest.mark.parametrize("entries, bad", [
+    ([(0, 10), (10, 20), (30, 70)], None),                    # every entry inside the 100 bytes of data
+    ([(0, 10), (E, E), (90, 10)], None),                      # an empty inner chunk, the rest inside
+    ([(0, 10), (60, 200), (30, 10)], ("past", (1,))),         # offset and size each inside, their sum past the end
+    ([(0, 10), (E, E), (95, 60)], ("past", (2,))),            # the same beside an empty one
+    ([(0, 10), (153, 0), (30, 10)], ("past", (1,))),          # an offset past the end
+    ([(E, 5), (0, 10), (10, 10)], ("past", (0,))),            # half empty: an offset but no size of an empty chunk
+    ([(0, E - 5), (0, 10), (10, 10)], ("past", (0,))),        # a size that would overflow the sum
+    ([(0, 10), (60, 50), (30, 10)], ("index", (1,))),         # a sum inside the shard, into its index
+    ([(0, 10), (E, E), (100, 52)], ("index", (2,))),          # the index's own bytes, read as data
+    ([(0, 10), (101, 0), (30, 10)], ("index", (1,))),         # an offset inside the index
 ])  # fmt: skip
-def test_an_index_is_checked_against_the_shard_size_entry_by_entry(entries, past):
-    """Every entry must lie inside a shard of known size: all of it present, some empty, or each
-    wrong in its own way (the check takes a shortcut when nothing is empty or past the end)."""
+def test_an_index_is_checked_against_the_shard_size_entry_by_entry(entries, bad):
+    """Every entry must lie inside a shard of known size and outside its index (at the end, after
+    100 bytes of data here): all of it present, some empty, or each wrong in its own way (the
+    check takes a shortcut when nothing is empty or outside the data)."""
     array = zarrx.create_array(MemoryStore(), shape=(3,), chunks=(1,), shards=(3,), dtype="u1")
     codec, spec = array.handle.sharding, array.handle.object_spec((0,))
     raw = codec.index_codecs.encode(np.array(entries, dtype=np.uint64), codec.index_spec(spec))
-    if past is None:
-        np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0", shard_size=100), entries)
+    size = 100 + codec.index_size(spec)  # 152 bytes: the index is bytes 100 to 152
+    if bad is None:
+        np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0", shard_size=size), entries)
     else:
-        with pytest.raises(ChunkDecodeError, match=rf"'c/0'.*inner chunk {re.escape(str(past))} points past the end"):
-            codec.decode_index(raw, spec, "c/0", shard_size=100)
+        what = "points past the end" if bad[0] == "past" else r"points into the shard's own index \(bytes 100 to 152\)"
+        with pytest.raises(ChunkDecodeError, match=rf"'c/0'.*inner chunk {re.escape(str(bad[1]))} {what}"):
+            codec.decode_index(raw, spec, "c/0", shard_size=size)
     np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0"), entries)  # size unknown: not checked
+
+
+@pytest.mark.parametrize("entries, bad", [
+    ([(52, 10), (62, 20), (82, 70)], None),        # every entry after the 52-byte index, inside the shard
+    ([(52, 10), (E, E), (142, 10)], None),         # an empty one beside them
+    ([(52, 10), (0, 52), (82, 10)], (1,)),         # the index's own bytes, read as data
+    ([(52, 10), (E, E), (40, 20)], (2,)),          # an entry that starts inside the index
+])  # fmt: skip
+def test_an_index_at_the_start_is_checked_against_its_own_bytes_with_or_without_the_size(entries, bad):
+    array = zarrx.create_array(MemoryStore(), shape=(3,), chunks=(3,), dtype="u1", compressors=None,
+                               serializer=ShardingCodec(chunk_shape=(1,), index_location="start"))  # fmt: skip
+    codec, spec = array.handle.sharding, array.handle.object_spec((0,))
+    assert codec.index_location == "start" and codec.index_size(spec) == 52
+    raw = codec.index_codecs.encode(np.array(entries, dtype=np.uint64), codec.index_spec(spec))
+    for size in (152, None):  # the index's bytes are known without the shard's size
+        if bad is None:
+            np.testing.assert_array_equal(codec.decode_index(raw, spec, "c/0", shard_size=size), entries)
+        else:
+            with pytest.raises(ChunkDecodeError, match=rf"'c/0'.*inner chunk {re.escape(str(bad))} points into the "
+                                                       r"shard's own index \(bytes 0 to 52\)"):  # fmt: skip
+                codec.decode_index(raw, spec, "c/0", shard_size=size)
 
 
 class Watched(WrapperStore):

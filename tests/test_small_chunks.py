@@ -168,8 +168,9 @@ def test_the_batch_reader_refuses_what_is_not_a_file_without_blocking(tmp_path):
     with pytest.raises(StoreError, match="'c/1'.*not a regular file"):
         zarrx.open_array(tmp_path / "store")[...]
     os.unlink(tmp_path / "store" / "c" / "1")
-    os.mkdir(tmp_path / "store" / "c" / "1")  # a folder where a chunk should be: absent
-    np.testing.assert_array_equal(zarrx.open_array(tmp_path / "store")[...], [1, 1, 0, 0])
+    os.mkdir(tmp_path / "store" / "c" / "1")  # a folder where a chunk should be: refused too, not the fill value
+    with pytest.raises(StoreError, match="'c/1'.*a folder"):
+        zarrx.open_array(tmp_path / "store")[...]
 
 
 def test_the_batch_reader_reads_what_get_reads(tmp_path):

@@ -43,7 +43,8 @@ class ShardIndex:
     """The parsed index of one shard: where each inner chunk is, or that it is empty.
 
     Made only by :meth:`ShardingCodec.read_index`, which checks that every entry lies inside the
-    shard when the shard's size is known.
+    shard and outside the index's own bytes when the shard's size is known (an index at the
+    start of a shard: always outside the index).
     """
 
     #: ``(*chunks_per_shard, 2)`` uint64: offset and nbytes per inner chunk
@@ -191,36 +192,71 @@ class ShardingCodec(ArrayBytesCodec):
         return SuffixByteRequest(size) if self.index_location == "end" else RangeByteRequest(0, size)
 
     def decode_index(self, data: Buffer, spec: ChunkSpec, key: str, shard_size: int | None = None) -> np.ndarray:
-        """The ``(*chunks_per_shard, 2)`` uint64 index; offsets past the shard are ChunkDecodeErrors."""
+        """The ``(*chunks_per_shard, 2)`` uint64 index; an entry past the end of the shard or
+        overlapping the index's own bytes is a ChunkDecodeError naming ``key``.
+
+        The index's bytes are known at the start of a shard; at its end, only when
+        ``shard_size`` is (else entries are not checked).
+        """
         index = self.index_codecs.decode(data, self.index_spec(spec), key=f"{key} (shard index)")
         index = np.asarray(index, dtype=np.uint64)
         offsets, nbytes = index[..., 0], index[..., 1]
-        if shard_size is not None and index.size and int(index.max()) <= shard_size:
-            # no empty entry and none past the end: only a sum past the end is left to find,
-            # and none overflows (each part is at most the size); 3 NumPy calls, not 10
-            if int((offsets + nbytes).max()) <= shard_size:
+        index_size = memoryview(data).nbytes  # the index's encoded bytes, of a fixed size
+        # the inner chunks' bytes: [low, high) of the shard, beside the index
+        low, high = (index_size, shard_size) if self.index_location == "start" else (
+            0, None if shard_size is None else shard_size - index_size)  # fmt: skip
+        if not index.size or (high is None and low == 0):
+            return index
+        if high is None:  # an index at the start of a shard of unknown size: 1 NumPy call
+            if int(offsets.min()) >= low:  # an empty entry's offset is the largest there is
                 return index
+        elif int(index.max()) <= high and int((offsets + nbytes).max()) <= high and (low == 0 or int(offsets.min()) >= low):
+            # no empty entry and none outside the data: 3 NumPy calls (4 for an index at the
+            # start), not 10; no sum overflows (each part is at most the size)
+            return index
+        self._refuse_entries(index, key, shard_size, low, high)
+        return index
+
+    def _refuse_entries(self, index: np.ndarray, key: str, shard_size: int | None, low: int, high: int | None) -> None:
+        """Raise for the first entry of ``index`` past the end of the shard or overlapping its
+        index (outside ``[low, high)``), if there is one."""
+        offsets, nbytes = index[..., 0], index[..., 1]
         empty = (offsets == EMPTY) & (nbytes == EMPTY)
+
+        def first(bad: np.ndarray) -> tuple[int, ...] | None:
+            return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+
+        prefix = f"chunk {key!r}: codec 'sharding_indexed': the index entry of inner chunk"
         if shard_size is not None:
             size = np.uint64(shard_size)
             # written so that nothing overflows: offset <= size, then nbytes <= size - offset
-            too_far = ~empty & ((offsets > size) | (nbytes > size - np.minimum(offsets, size)))
-            if too_far.any():
-                where = tuple(int(i) for i in np.argwhere(too_far)[0])
+            where = first(~empty & ((offsets > size) | (nbytes > size - np.minimum(offsets, size))))
+            if where is not None:
                 raise ChunkDecodeError(
-                    f"chunk {key!r}: codec 'sharding_indexed': the index entry of inner chunk {where} points past "
-                    f"the end of the {shard_size}-byte shard (offset {int(offsets[where])}, nbytes {int(nbytes[where])})"
+                    f"{prefix} {where} points past the end of the {shard_size}-byte shard "
+                    f"(offset {int(offsets[where])}, nbytes {int(nbytes[where])})"
                 )
-        return index
+        # every entry now lies inside the shard (or its size is unknown: only offsets are compared)
+        outside = offsets < np.uint64(low)
+        if high is not None:
+            outside |= offsets + nbytes > np.uint64(high)
+        where = first(~empty & outside)
+        if where is not None:
+            start, end = (0, low) if low else (high, shard_size)  # the index's bytes
+            raise ChunkDecodeError(
+                f"{prefix} {where} points into the shard's own index (bytes {start} to {end}), not at "
+                f"an inner chunk's data (offset {int(offsets[where])}, nbytes {int(nbytes[where])})"
+            )
 
     def read_index(self, data: Buffer, spec: ChunkSpec, key: str, *, whole: bool, shard_size: int | None = None) -> ShardIndex:
         """The index of a shard, from the whole shard (``whole``) or from the bytes
         :meth:`index_range` fetched (of a shard of ``shard_size`` bytes, when known); the one
         place an index is cut out of a shard and parsed.
 
-        Every entry must lie inside the shard when its size is known (a whole shard's always is);
-        a shard too short to hold its index, an index that fails its checksum or entries past
-        the end are ChunkDecodeErrors naming ``key``.
+        Every entry must lie inside the shard and outside the index's own bytes when the shard's
+        size is known (a whole shard's always is; an index at the start is always checked
+        against its own bytes); a shard too short to hold its index, an index that fails its
+        checksum, entries past the end or into the index are ChunkDecodeErrors naming ``key``.
         """
         view = memoryview(data).cast("B")
         size = self.index_size(spec)

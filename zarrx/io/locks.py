@@ -1,42 +1,54 @@
-"""In-process locks on chunks, for threads that write parts of the same chunk.
+"""In-process locks on stored objects: partial writes from many threads never lose each other's values.
 
 A write that covers a chunk (or, for a sharded array, a shard) only in part reads the
 stored object, merges the new values in and stores it again. Two threads doing that
-to one object at the same time can each read the old object, and the one that stores
-last silently drops the other's values. zarrx does not lock by itself: writes of whole
-chunks -- what :func:`zarrx.to_zarr` checks for its dask tasks, refusing blocks that
-share a chunk with :class:`~zarrx.errors.ChunkAlignmentError` -- need no lock, and
-most writers make only those. Threads of one process that may write parts of one chunk
-hold its lock while writing::
+to one object at the same time would each read the old object, and the one that
+stores last would drop the other's values. So :mod:`zarrx.io.write` holds
+:func:`object_locks` of the partial objects of a batch from before it reads them until
+they are stored (or deleted): threads of one process writing parts of one chunk or
+shard -- ``arr[i] = v`` from 8 threads into one chunk of 8 -- keep every value. Writes
+of whole objects read nothing and take no lock.
+
+The locks belong to the stored object -- the store's ``location`` and the key -- not to
+the :class:`~zarrx.Array` instance: arrays opened separately on one folder, dict or URL
+share them. They are striped (:data:`STRIPES` re-entrant locks for every object of every
+store, chosen by a hash: no table grows), taken in one global order, each batch's at once
+and released before the next, so writers cannot deadlock one another. They are held by the
+thread that called the write, never by zarrx's pool threads (which do no writes of their
+own), so the pool work a write waits for never waits on them.
+
+:func:`chunk_lock` is for a caller's compound update (read, compute, write back: ``arr[i]
++= 1``) of the chunks a selection touches; a plain write needs none::
 
     with zarrx.io.locks.chunk_lock(arr, np.s_[10:20]):
-        arr[10:20] = values
+        arr[10:20] += 1
 
-:func:`chunk_lock` locks every stored object (chunk or shard) the selection touches.
-Locks belong to the stored object, not to the :class:`~zarrx.Array` instance: two
-arrays opened separately on one store (equal stores: one folder, one dict, one URL)
-share them. They are re-entrant, and taken in one global order, so overlapping
-selections locked from many threads cannot deadlock. They are striped
-(:data:`STRIPES` locks for every chunk of every array), so holding many is cheap and
-two unrelated chunks may now and then share a lock, which only costs a little waiting.
+Its locks are re-entrant, taken in one global order, and separate from the writes' own
+(the writes' are always taken last), so overlapping selections locked from many threads
+cannot deadlock.
 
 Locks are per process: writers in several processes (dask workers, a cluster) must
-write disjoint chunks, as :func:`zarrx.to_zarr` makes sure.
+write disjoint chunks, as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
+takes no lock, so one racing a partial write of the same object from another thread can
+end as the partial write's merge into the object as it was before (the whole write undone
+outside the partial selection): writes that overlap need :func:`chunk_lock` or an order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from zarrx.io.selection import BasicIndexer, OrthogonalIndexer
 
-__all__ = ["chunk_lock", "STRIPES"]
+__all__ = ["chunk_lock", "object_locks", "STRIPES"]
 
 #: how many locks the chunks of all arrays are spread over
 STRIPES = 4096
 _LOCKS = [threading.RLock() for _ in range(STRIPES)]
+#: the writes' own locks (:func:`object_locks`), apart from the callers' (:func:`chunk_lock`)
+_OBJECT_LOCKS = [threading.RLock() for _ in range(STRIPES)]
 
 
 def _stored_units(array: Any, selection: Any) -> set[tuple[int, ...]]:
@@ -81,3 +93,40 @@ def chunk_lock(array: Any, selection: Any = Ellipsis) -> Iterator[None]:
     finally:
         for stripe in reversed(taken):
             _LOCKS[stripe].release()
+
+
+@contextlib.contextmanager
+def object_locks(store: Any, keys: Iterable[str]) -> Iterator[None]:
+    """Hold the locks of the stored objects ``keys`` of ``store`` (see the module docstring).
+
+    Parameters
+    ----------
+    store
+        A :class:`~zarrx.storage.store.Store`; stores of one ``location`` share the locks.
+    keys
+        The keys of the objects about to be read, merged and stored again.
+
+    Examples
+    --------
+    >>> from zarrx.storage.memory import MemoryStore
+    >>> store = MemoryStore()
+    >>> with object_locks(store, ["c/0", "c/1"]):
+    ...     store.set("c/0", b"merged")
+    >>> store.get("c/0")
+    b'merged'
+    """
+    try:
+        identity = store.location
+        hash(identity)
+    except TypeError:  # a location that cannot be hashed: the store object itself
+        identity = ("object", id(store))
+    stripes = sorted({hash((identity, key)) % STRIPES for key in keys})
+    taken = []
+    try:
+        for stripe in stripes:  # one global order: no deadlock between writers
+            _OBJECT_LOCKS[stripe].acquire()
+            taken.append(stripe)
+        yield
+    finally:
+        for stripe in reversed(taken):
+            _OBJECT_LOCKS[stripe].release()

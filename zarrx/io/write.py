@@ -9,7 +9,10 @@ every stored object a selection touches (:func:`zarrx.io.plan.plan_objects` with
 * an object (or inner chunk) that ends up all fill value is deleted (left out of the shard)
   unless ``write_empty_chunks``.
 
-Each object is stored atomically. On stores whose writes cost no round trip
+Each object is stored atomically. The partial objects of a batch are locked
+(:func:`zarrx.io.locks.object_locks`) from before they are read until they are stored, so
+threads of one process writing parts of one object never drop each other's values; whole
+objects take no lock. On stores whose writes cost no round trip
 (``reads_are_local``) every object large enough for the thread pool is stored from the pool task
 that encoded it, so compression and file writes overlap and no more than one encoded object per
 thread is held; small chunks of a store of local files go in a few runs, each encoded and written
@@ -21,6 +24,7 @@ by one thread in one loop through the store's ``batch_writer`` (partial ones rea
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterable
 
 import numpy as np
@@ -32,6 +36,7 @@ from zarrx.concurrency import map_runs, scratch_array
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
+from zarrx.io.locks import object_locks
 from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection
 from zarrx.storage.store import bounded_get_many
@@ -67,8 +72,20 @@ def write_from(handle: ArrayHandle, projections: Iterable[ChunkProjection], valu
 
 
 def _write_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray, build: Any, direct: bool) -> None:
-    store = handle.store
     partial = [plan.key for plan in batch if not plan.whole]
+    with _locked(handle, partial):
+        _store_batch(handle, batch, value, build, direct, partial)
+
+
+def _locked(handle: ArrayHandle, partial: list[str]) -> Any:
+    """The locks of the ``partial`` objects, held while each is read, merged and stored (or
+    deleted); nothing to hold for whole objects."""
+    return object_locks(handle.store, partial) if partial else contextlib.nullcontext()
+
+
+def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray, build: Any, direct: bool,
+                 partial: list[str]) -> None:  # fmt: skip
+    store = handle.store
     existing = bounded_get_many(store, partial, handle.max_object_size) if partial else {}
 
     def encode_one(plan: ObjectPlan) -> tuple[str, bytes | None]:
@@ -105,9 +122,10 @@ def _write_in_loops(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndar
                     write(plan.key, encoded)
         return empty
 
-    to_delete = [key for empty in map_runs(run, batch, caller_works=caller_can_work(handle.pipeline)) for key in empty]
-    if to_delete:
-        store.delete_many(to_delete)
+    with _locked(handle, [plan.key for plan in batch if not plan.whole]):
+        to_delete = [key for empty in map_runs(run, batch, caller_works=caller_can_work(handle.pipeline)) for key in empty]
+        if to_delete:
+            store.delete_many(to_delete)
 
 
 def _merged(chunk_shape: tuple[int, ...], full_size: bool, projection: ChunkProjection, new_data: np.ndarray,

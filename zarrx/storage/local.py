@@ -23,11 +23,13 @@ Rules this store keeps:
   (not including) the root, so a deleted node does not linger as a prefix in
   :meth:`LocalStore.list_dir`. A writer racing that cleanup re-creates its
   folder and retries.
-* **Missing is None.** A missing file, or a folder where a key was asked for,
-  reads as None; any other OS error is a :class:`~zarrx.errors.StoreError`
-  naming the key. So is anything else that is not a regular file (a FIFO, a
-  device such as ``/dev/zero`` behind a symlink, a socket): reading one could
-  block forever or never end.
+* **Missing is None.** A missing file (or a file where a folder of the key was
+  expected) reads as None; any other OS error is a :class:`~zarrx.errors.StoreError`
+  naming the key. So is anything else that is not a regular file: a folder where
+  a key was asked for (a chunk's key made a folder would otherwise read as the
+  fill value, silently), a FIFO, a device such as ``/dev/zero`` behind a symlink,
+  a socket (reading one could block forever or never end). :meth:`LocalStore.exists`
+  is False for a folder: it holds no value.
 
 Batch methods (``get_many``, ``get_ranges``, ``set_many``, ``delete_many``)
 run on zarrx's shared thread pool (:mod:`zarrx.concurrency`: a few groups per
@@ -52,8 +54,8 @@ from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 __all__ = ["LocalStore", "is_temporary_name"]
 
 
-# A missing file, a folder where a file was expected, or a file where a folder was.
-_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+# A missing file, or a file where a folder was expected (a folder where a file was is an error).
+_MISSING = (FileNotFoundError, NotADirectoryError)
 
 _TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 
@@ -146,12 +148,22 @@ class LocalStore(Store):
             return self._read_failed(key, error)
 
     def _read_failed(self, key: str, error: OSError) -> None:
-        """None when ``error``, from reading ``key``, says there is no file; else it raised as a StoreError."""
+        """None when ``error``, from reading ``key``, says there is no file; else it raised as a StoreError
+        (a folder where the file should be among them)."""
         if isinstance(error, _MISSING):
             return None
-        if isinstance(error, PermissionError) and not isinstance(error, StoreError) and os.path.isdir(self.local_path(key)):
-            return None  # Windows reports a folder this way
+        if self._is_folder(key, error):
+            raise StoreError(
+                f"could not read {key!r} in {self!r}: it is a folder, not a file holding a value "
+                "(a chunk's key must be a file or absent)"
+            ) from error
         raise self._error("read", key, error) from error
+
+    def _is_folder(self, key: str, error: BaseException | None) -> bool:
+        """Whether ``error``, from opening ``key``, says it is a folder (Windows: a PermissionError)."""
+        return isinstance(error, IsADirectoryError) or (
+            isinstance(error, PermissionError) and not isinstance(error, StoreError) and os.path.isdir(self.local_path(key))
+        )  # fmt: skip
 
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         if byte_range is None:
@@ -215,7 +227,12 @@ class LocalStore(Store):
         return results
 
     def exists(self, key: str) -> bool:
-        return self._read(key, lambda file: True) is not None
+        try:
+            return self._read(key, lambda file: True) is not None
+        except StoreError as error:  # a folder holds no value (anything else stays an error)
+            if self._is_folder(key, error.__cause__):
+                return False
+            raise
 
     # -- writing -----------------------------------------------------------------
     def set(self, key: str, value: bytes) -> None:

@@ -34,6 +34,8 @@ import contextlib
 import functools
 import itertools
 import math
+import os
+import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -197,9 +199,37 @@ def _plan(source: Array | Group, consolidate: bool, **settings: Any) -> _Plan:
 # -- the destination --------------------------------------------------------------------------
 
 
-def _same_location(a: Store, b: Store) -> bool:
-    """Whether two stores hold the same data (one folder, one in-memory mapping, one URL)."""
-    return a.location == b.location
+def _where(store: Store, path: str) -> tuple[Any, str | None]:
+    """What holds the node at ``path`` of ``store``: the location the store's root path is part
+    of (a file system: ``("file",)``, or ``("fsspec", fs)``) and the node's normalized path, or
+    the store's whole location and None (a mapping, anything else: no paths to compare)."""
+    location = store.location
+    if not (isinstance(location, tuple) and location and isinstance(location[-1], str)):
+        return location, None
+    *head, root = location
+    if head == ["file"]:  # a folder: links and relative parts resolved, as the file system will
+        return tuple(head), os.path.normcase(os.path.realpath(os.path.join(root, *path.split("/"))))
+    joined = "/".join(part.strip("/") for part in (root, path) if part.strip("/"))
+    return tuple(head), posixpath.normpath("/" + joined)  # one leading slash (normpath keeps two)
+
+
+def _overlap(source: Store, path: str, target: Store) -> str | None:
+    """How ``target``'s root overlaps the node at ``path`` of ``source`` (is it, is inside it,
+    holds it), in words; None when they are apart."""
+    (source_holder, source_path), (target_holder, target_path) = _where(source, path), _where(target, "")
+    if source_holder != target_holder:
+        return None
+    if source_path is None or target_path is None:
+        return "is the source store itself" if source_path == target_path else None
+    if source_path == target_path:
+        return "is the source node itself" if path else "is the source store itself"
+    common = os.path.commonpath([source_path, target_path]) if source_holder == ("file",) else posixpath.commonpath(
+        [source_path, target_path])  # fmt: skip
+    if common == source_path:
+        return "is inside the source"
+    if common == target_path:
+        return "holds the source (it is a parent of it)"
+    return None
 
 
 def _start(store: Store, job: ConvertJob, overwrite: bool) -> bool:
@@ -368,12 +398,14 @@ def convert(
     """
     source_store = make_store(src, mode="r", storage_options=storage_options)
     target_store = make_store(dst, mode="a", storage_options=dst_storage_options or storage_options)
-    if _same_location(source_store, target_store):
-        raise UsageError(
-            f"dst is the source store itself ({target_store!r}); convert into a new location "
-            "(or use migrate_v2_to_v3 to add v3 metadata in place)"
-        )
     path = normalize_path(path, allow_reserved=True)
+    overlap = _overlap(source_store, path, target_store)
+    if overlap is not None:  # before anything is read or written: overwrite would delete the source
+        node = f" (node {'/' + path!r})" if path else ""
+        raise UsageError(
+            f"cannot convert {source_store!r}{node} into {target_store!r}: the destination {overlap}; "
+            "convert into a location apart from the source (or use migrate_v2_to_v3 to add v3 metadata in place)"
+        )
     source = open_node(source_store, path, mode="r", use_consolidated=False)
     if consolidate is None:
         consolidate = isinstance(source, Group) and _is_consolidated(source_store, path)
