@@ -287,11 +287,13 @@ def _finish(
     """Run (or, without ``compute``, wrap in one Delayed) the writes of every variable together:
     one graph, so upstream work the variables share is computed once."""
     if not compute:
-        return dask.delayed(_written, pure=False)(options.writes)
+        # the writes as arguments of their own, not one list: dask's array expressions cannot
+        # unpack a list of their arrays into a delayed call
+        return dask.delayed(_written, pure=False)(*options.writes)
     if options.writes:
         dask.compute(*options.writes, **dict(compute_kwargs or {}))
     return group
 
 
-def _written(writes: list[Any]) -> None:
+def _written(*writes: Any) -> None:
     return None
