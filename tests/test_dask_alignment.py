@@ -226,3 +226,14 @@ def test_xarray_appends_and_regions_from_worker_processes_lose_nothing(client, t
     expected = np.arange(46 * 23, dtype="int64").reshape(46, 23)
     expected[5:35] *= -1
     np.testing.assert_array_equal(zarrx.open_array(path, "v")[...], expected)
+
+
+def test_object_data_is_aligned_near_its_own_block_size():
+    # dask cannot size "auto" blocks of object data: the blocks become the largest multiple of the
+    # chunk that fits in the largest block
+    words = np.array([f"w{i}" * (i % 4) for i in range(50)], dtype=object)
+    target = zarrx.create_array({}, shape=(50,), chunks=(4,), dtype=str)
+    lazy = zarrx.to_zarr(da.from_array(words, chunks=9), target, compute=False)
+    assert lazy.chunks == ((8,) * 6 + (2,),)
+    lazy.compute()
+    assert (target[...] == words).all()

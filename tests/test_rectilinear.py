@@ -14,7 +14,7 @@ import xarray as xr
 
 import zarrx
 import zarrx.xarray  # noqa: F401  (the .zarrx accessors)
-from zarrx.errors import ChunkAlignmentError, MetadataError, UnsupportedExtensionError, UsageError
+from zarrx.errors import ChunkAlignmentError, MetadataError, UnsupportedExtensionError
 from zarrx.metadata.chunk_grid import parse_chunk_grid
 from zarrx.metadata.rectilinear import MAX_EDGES, RectilinearChunkGrid
 

@@ -152,19 +152,27 @@ def _dask_steps(x: da.Array, array: Array, unit: tuple[Axis, ...], axes: list[in
     """The block length dask's ``to_zarr`` would choose along each of ``axes``: ``"auto"`` blocks over
     the whole array (near ``array.chunk-size``, in multiples of the shard or chunk shape, the other
     axes keeping ``x``'s blocks), rounded down to a multiple of the grid -- never below one shard
-    or chunk, with dask's PerformanceWarning when ``array.chunk-size`` asked for less."""
+    or chunk, with dask's PerformanceWarning when ``array.chunk-size`` asked for less. For object
+    data, whose size dask cannot tell, none: the blocks stay near their own size."""
     regular = [axis for axis in axes if not isinstance(unit[axis], tuple)]
     if not regular:
         return {}
     request = tuple("auto" if axis in regular else max(1, max(sizes)) for axis, sizes in enumerate(x.chunks))
     previous = tuple(max(size) if isinstance(size, tuple) else size for size in unit)
-    auto = normalize_chunks(request, array.shape, dtype=x.dtype, previous_chunks=previous)
-    steps = {}
+    try:
+        auto = normalize_chunks(request, array.shape, dtype=x.dtype, previous_chunks=previous)
+    except NotImplementedError:  # object data (strings): dask cannot size "auto" blocks of it
+        return {}
+    steps, warned = {}, False
     for axis in regular:
         nominal, size = auto[axis][0], unit[axis]
+        if len(auto[axis]) == 1:  # one block along the whole axis: nothing to share
+            steps[axis] = max(nominal, array.shape[axis])
+            continue
         steps[axis] = size * max(1, nominal // size)
-        if nominal % size and len(auto[axis]) > 1:
+        if nominal % size and not warned:  # dask warns once, for the first such axis
             _warn_small_chunk_size(x, array, axis, nominal, unit)
+            warned = True
     return steps
 
 

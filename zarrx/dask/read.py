@@ -1,11 +1,12 @@
 """Zarr arrays as dask arrays: graph building only.
 
 Reading (:func:`from_zarr`, :meth:`zarrx.Array.to_dask`) gives one task per stored object: per
-chunk, or per shard for a sharded array. ``chunks=`` may ask for any multiple of the (inner)
-chunk shape instead. Each task holds the array's :class:`~zarrx.io.handle.ArrayHandle` -- the
-store, the node path and the parsed metadata, about a kilobyte pickled, never data -- and its
-block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
-``arr[...]`` takes.
+chunk, or per shard for a sharded array. ``chunks=`` may ask for other blocks: multiples of
+the (inner) chunk shape, or -- as in ``dask.array.from_zarr`` -- blocks that cut through chunks,
+each task reading the part of a chunk it covers. Each task holds the array's
+:class:`~zarrx.io.handle.ArrayHandle` -- the store, the node path and the parsed metadata,
+about a kilobyte pickled, never data -- and its block's selection, and reads it with
+:func:`zarrx.io.execute.read_selection`, the batched path ``arr[...]`` takes.
 
 The result is an ordinary dask array built by :func:`~zarrx.dask.lazy.lazy_array`: one
 ``Blockwise`` read layer whose tasks are made when dask culls it, described by a few numbers per
@@ -244,10 +245,10 @@ def _refuse_huge_graph(array: Array, chunks: Any, blocks: tuple[int, ...]) -> No
 
 
 def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
-    """The blocks along each axis for reading ``array``: regular ones (of any size, multiples of the
-    chunk shape or not) straight from a regular chunk grid (no tuple per block is made here), anything else -- a rectilinear grid, irregular sizes,
-    ``"auto"``, blocks that cut through chunks -- from :func:`_read_chunks`, as a table of block
-    edges when irregular."""
+    """The blocks along each axis for reading ``array``: regular ones (of any size, whether or not
+    they cut through chunks) straight from a regular chunk grid (no tuple per block is made here),
+    anything else -- a rectilinear grid, irregular sizes, ``"auto"`` -- from :func:`_read_chunks`,
+    as a table of block edges when irregular."""
     stored = array.shards or array.chunks
     given = () if chunks is None else (chunks,) if isinstance(chunks, int) else chunks
     plain = isinstance(given, (tuple, list)) and all(
