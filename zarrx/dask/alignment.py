@@ -171,21 +171,24 @@ def _dask_steps(x: da.Array, array: Array, unit: tuple[Axis, ...], axes: list[in
             continue
         steps[axis] = size * max(1, nominal // size)
         if nominal % size and not warned:  # dask warns once, for the first such axis
-            _warn_small_chunk_size(x, array, axis, nominal, unit)
+            _warn_small_chunk_size(x, array, axis, nominal, steps[axis], unit)
             warned = True
     return steps
 
 
-def _warn_small_chunk_size(x: da.Array, array: Array, axis: int, nominal: int, unit: tuple[Axis, ...]) -> None:
-    """dask's PerformanceWarning when ``array.chunk-size`` asks for blocks smaller than one shard
-    (chunk): dask then writes racing blocks; zarrx writes one shard per block instead."""
+def _warn_small_chunk_size(
+    x: da.Array, array: Array, axis: int, nominal: int, step: int, unit: tuple[Axis, ...]
+) -> None:
+    """dask's PerformanceWarning when ``array.chunk-size`` asks for blocks that are no multiple of
+    the shard (chunk) shape, smaller than one shard at most: dask then writes racing blocks;
+    zarrx writes ``step`` long blocks (whole shards) instead."""
     kind = "shard" if array.shards else "chunk"
     safe = math.prod(max(size) if isinstance(size, tuple) else size for size in unit) * max(1, x.dtype.itemsize)
     warnings.warn(
-        f"The input Dask array will be rechunked along axis {axis} with chunk size {unit[axis]}: dask's "
+        f"The input Dask array will be rechunked along axis {axis} with chunk size {step}: dask's "
         f"\"array.chunk-size\" ({dask.config.get('array.chunk-size')}) asks for {nominal}, but a chunk size "
-        f"divisible by {unit[axis]} is required to write safely to the Zarr array {array.name!r} (one {kind} "
-        f"per task), so its blocks are larger than asked. Set the \"array.chunk-size\" configuration parameter "
+        f"divisible by {unit[axis]} is required to write safely to the Zarr array {array.name!r} (whole {kind}s "
+        f"per task), so zarrx writes blocks of {step} instead. Set the \"array.chunk-size\" configuration parameter "
         f"to at least the size in bytes of a single {kind} of the array, {safe} bytes, e.g. "
         f'dask.config.set({{"array.chunk-size": {safe}}})',
         PerformanceWarning,
