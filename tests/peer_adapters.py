@@ -83,20 +83,15 @@ def route_xarray_to_zarrx(monkeypatch: Any) -> None:
     monkeypatch.setattr(plugins, "get_backend", _zarrx_for_zarr(plugins.get_backend))
 
 
-def _dask_to_zarr(x: Any, *args: Any, **kwargs: Any) -> Any:
-    # dask's to_zarr always rechunks blocks that would share a chunk; zarrx does when asked
-    kwargs.setdefault("align_chunks", True)
-    return zarrx.to_zarr(x, *args, **kwargs)
-
-
 def route_dask_to_zarrx(monkeypatch: Any) -> None:
-    """``da.from_zarr`` -> :func:`zarrx.from_zarr`; ``da.to_zarr`` and ``x.to_zarr`` -> :func:`zarrx.to_zarr`
-    with ``align_chunks=True`` (dask's ``to_zarr`` always lines the blocks up with the chunks)."""
+    """``da.from_zarr`` -> :func:`zarrx.from_zarr`; ``da.to_zarr`` and ``x.to_zarr`` ->
+    :func:`zarrx.to_zarr`, with zarrx's defaults (it lines the blocks up with the shards, as
+    dask's ``to_zarr`` does)."""
     monkeypatch.setattr(da, "from_zarr", zarrx.from_zarr)
-    monkeypatch.setattr(da, "to_zarr", _dask_to_zarr)
+    monkeypatch.setattr(da, "to_zarr", zarrx.to_zarr)
     # dask's array-expression class (``array.query-planning``) has no ``to_zarr`` method: dask's
     # own tests call ``x.to_zarr`` all the same, so it is routed to zarrx in both modes
-    monkeypatch.setattr(da.Array, "to_zarr", _dask_to_zarr, raising=False)
+    monkeypatch.setattr(da.Array, "to_zarr", zarrx.to_zarr, raising=False)
 
 
 def _definitions(module_name: str) -> tuple[str, ast.Module]:

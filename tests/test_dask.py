@@ -76,11 +76,29 @@ def test_chunks_may_be_inner_chunks_or_multiples(chunks, blocks):
     np.testing.assert_array_equal(x.compute(), DATA)
 
 
-@pytest.mark.parametrize("chunks", [(6, 4), (5, 6), ((5, 8, 10), (17,)), ((4, 19), (17,))])
-def test_chunks_that_cut_through_chunks_are_refused(chunks):
-    arr = zarrx.create_array({}, shape=DATA.shape, dtype=DATA.dtype, chunks=(5, 4))
-    with pytest.raises(UsageError, match=r"multiple of the chunk shape \(5, 4\).*axis"):
-        arr.to_dask(chunks=chunks)
+@pytest.mark.parametrize(
+    ("chunks", "blocks"),
+    [
+        ((6, 4), ((6, 6, 6, 5), (4, 4, 4, 4, 1))),
+        ((5, 6), ((5, 5, 5, 5, 3), (6, 6, 5))),
+        (((5, 8, 10), (17,)), ((5, 8, 10), (17,))),
+        (((4, 19), (17,)), ((4, 19), (17,))),
+        ((7, 3), ((7, 7, 7, 2), (3, 3, 3, 3, 3, 2))),
+    ],
+)
+@pytest.mark.parametrize("sharded", [False, True], ids=["chunked", "sharded"])
+def test_chunks_that_cut_through_chunks_read_what_each_block_needs(chunks, blocks, sharded):
+    # as dask.array.from_zarr: every block reads its part of the chunks (or shards) it covers
+    layout = {"chunks": (5, 4), "shards": (10, 8)} if sharded else {"chunks": (5, 4)}
+    arr = zarrx.create_array({}, shape=DATA.shape, dtype=DATA.dtype, **layout)
+    arr[...] = DATA
+    x = arr.to_dask(chunks=chunks)
+    assert x.chunks == blocks
+    np.testing.assert_array_equal(x.compute(), DATA)
+    for index in np.ndindex(*x.numblocks):  # each block on its own, not just the whole
+        selection = tuple(slice(sum(b[:i]), sum(b[: i + 1])) for b, i in zip(blocks, index))
+        np.testing.assert_array_equal(x.blocks[index].compute(), DATA[selection])
+    np.testing.assert_array_equal(x[3:19:2, 1:16].compute(), DATA[3:19:2, 1:16])
 
 
 def test_from_zarr_opens_paths_and_urls(tmp_path):
@@ -268,19 +286,26 @@ def test_to_zarr_with_chunks_and_shards(blocks, create):
     np.testing.assert_array_equal(arr.to_dask().compute(), DATA.astype(arr.dtype))
 
 
-def test_to_zarr_refuses_blocks_that_do_not_line_up_with_the_chunks_it_is_given():
+def test_to_zarr_refuses_blocks_that_do_not_line_up_when_asked_to_be_strict():
     x = da.from_array(DATA, chunks=(10, 6))
     with pytest.raises(ChunkAlignmentError, match=r"blocks \(0, 0\) and \(1, 0\) both write chunk \(2, 0\)"):
-        zarrx.to_zarr(x, {}, chunks=(4, 6))
-    with pytest.raises(ChunkAlignmentError, match=r"same shard \(shard shape \(20, 6\)\)"):
-        zarrx.to_zarr(x, {}, chunks=(5, 6), shards=(20, 6))
-    arr = zarrx.to_zarr(x, {}, chunks=(4, 6), align="rechunk")
-    np.testing.assert_array_equal(arr[...], DATA)
+        zarrx.to_zarr(x, {}, chunks=(4, 6), safe_chunks=True)
+    with pytest.raises(ChunkAlignmentError, match=r"same shard \(shard shape \(20, 6\)\).*align_chunks=True"):
+        zarrx.to_zarr(x, {}, chunks=(5, 6), shards=(20, 6), align_chunks=False)
+    with pytest.raises(ChunkAlignmentError, match=r"pass align_chunks=True"):
+        zarrx.to_zarr(x, {}, chunks=(4, 6), align="error")
+    for strict in ({"safe_chunks": True}, {"align_chunks": False}, {"align": "error"}):
+        arr = zarrx.to_zarr(x, {}, chunks=(10, 6), **strict)  # blocks that line up are written as they are
+        np.testing.assert_array_equal(arr[...], DATA)
+    # by default (as dask) and when asked, blocks are rechunked onto the grid
+    for aligned in ({}, {"align": "rechunk"}, {"align_chunks": True}, {"safe_chunks": True, "align_chunks": True}):
+        np.testing.assert_array_equal(zarrx.to_zarr(x, {}, chunks=(4, 6), **aligned)[...], DATA)
     # irregular blocks: the first block's shape would be shared by the others
     irregular = da.from_array(DATA, chunks=((10, 7, 6), (17,)))
     with pytest.raises(ChunkAlignmentError, match=r"blocks \(1, 0\) and \(2, 0\)"):
-        zarrx.to_zarr(irregular, {})
-    np.testing.assert_array_equal(zarrx.to_zarr(irregular, {}, align="rechunk")[...], DATA)
+        zarrx.to_zarr(irregular, {}, safe_chunks=True)
+    with pytest.warns(UserWarning, match="The array uses irregular chunk sizes"):
+        np.testing.assert_array_equal(zarrx.to_zarr(irregular, {})[...], DATA)
 
 
 def test_to_zarr_argument_errors():
@@ -288,7 +313,7 @@ def test_to_zarr_argument_errors():
     # shards without chunks: the first block (dividing the shard) is the chunk; the blocks still
     # have to line up with the shards
     with pytest.raises(ChunkAlignmentError, match=r"shard shape \(20, 12\)"):
-        zarrx.to_zarr(x, {}, shards=(20, 12))
+        zarrx.to_zarr(x, {}, shards=(20, 12), safe_chunks=True)
     with pytest.raises(UsageError, match="shape"):
         zarrx.to_zarr(x, {}, shape=(1, 2))
     with pytest.raises(UsageError, match="align"):
@@ -330,15 +355,15 @@ def test_misaligned_region_writes_are_refused_naming_the_blocks(sharded):
     before = dict(target.store.mapping)
     x = da.from_array(DATA, chunks=(10, 6))
     with pytest.raises(ChunkAlignmentError) as raised:
-        zarrx.to_zarr(x, target.store, region=np.s_[5:28, 6:23])
+        zarrx.to_zarr(x, target.store, region=np.s_[5:28, 6:23], safe_chunks=True)
     message = str(raised.value)
     # the boundary between block rows 0 and 1 is at 5 + 10 = 15, inside chunk row 1
     assert f"blocks (0, 0) and (1, 0) both write {kind} (1, 1)" in message
-    assert f"{kind} shape (10, 6)" in message and "align='rechunk'" in message
+    assert f"{kind} shape (10, 6)" in message and "align_chunks=True" in message
     assert target.store.mapping == before  # nothing was written
 
     with pytest.raises(ChunkAlignmentError, match=rf"blocks \(0, 0\) and \(0, 1\) both write {kind} \(1, 2\)"):
-        zarrx.to_zarr(x, target.store, region=np.s_[10:33, 7:24])
+        zarrx.to_zarr(x, target.store, region=np.s_[10:33, 7:24], align_chunks=False)
     assert target.store.mapping == before
 
 
@@ -558,7 +583,7 @@ def test_irregular_blocks_are_regularised_with_dasks_warning_when_aligning():
 def test_safe_chunks_false_rechunks_too():
     x = da.from_array(DATA, chunks=(10, 6))
     with pytest.raises(ChunkAlignmentError):
-        zarrx.to_zarr(x, {}, chunks=(4, 6))
+        zarrx.to_zarr(x, {}, chunks=(4, 6), safe_chunks=True)
     np.testing.assert_array_equal(zarrx.to_zarr(x, {}, chunks=(4, 6), safe_chunks=False)[...], DATA)
 
 

@@ -14,7 +14,7 @@ import xarray as xr
 
 import zarrx
 import zarrx.xarray  # noqa: F401  (the .zarrx accessors)
-from zarrx.errors import ChunkAlignmentError, MetadataError, UnsupportedExtensionError, UsageError
+from zarrx.errors import ChunkAlignmentError, MetadataError, UnsupportedExtensionError
 from zarrx.metadata.chunk_grid import parse_chunk_grid
 from zarrx.metadata.rectilinear import MAX_EDGES, RectilinearChunkGrid
 
@@ -200,8 +200,12 @@ def _irregular():
 def test_to_zarr_writes_dask_blocks_as_the_chunks(tmp_path):
     x = _irregular()
     assert x.chunks == ((5, 5, 2, 7, 1, 1, 1), (1,))
-    with pytest.raises(ChunkAlignmentError):  # the default: the first block's shape, which they straddle
-        zarrx.to_zarr(x, str(tmp_path / "refused"))
+    with pytest.raises(ChunkAlignmentError):  # strict: the first block's shape, which they straddle
+        zarrx.to_zarr(x, str(tmp_path / "refused"), safe_chunks=True)
+    with pytest.warns(UserWarning, match="irregular chunk sizes"):  # by default, as dask: regular blocks
+        regular = zarrx.to_zarr(x, str(tmp_path / "regular"))
+    assert regular.chunks == (7, 1)
+    np.testing.assert_array_equal(regular[...], x.compute())
     array = zarrx.to_zarr(x, str(tmp_path / "a"), chunks="dask")
     assert array.chunks == ((5, 5, 2, 7, 1, 1, 1), (1,))
     grid = json.loads((tmp_path / "a" / "zarr.json").read_text())["chunk_grid"]
@@ -219,12 +223,15 @@ def test_regular_dask_blocks_give_a_regular_grid(tmp_path):
 def test_dask_writes_into_rectilinear_arrays_align_on_its_grid(tmp_path):
     array = zarrx.create_array(str(tmp_path), shape=(10,), chunks=((3, 3, 4),), dtype="i8", fill_value=0)
     with pytest.raises(ChunkAlignmentError, match="boundary is at 5"):
-        zarrx.to_zarr(da.ones(10, chunks=5, dtype="i8"), array)
-    zarrx.to_zarr(da.ones(10, chunks=5, dtype="i8"), array, align="rechunk")
+        zarrx.to_zarr(da.ones(10, chunks=5, dtype="i8"), array, safe_chunks=True)
+    lazy = zarrx.to_zarr(da.ones(10, chunks=5, dtype="i8"), array, compute=False)  # by default: its chunks
+    assert lazy.chunks == ((3, 3, 4),)
+    lazy.compute()
     zarrx.to_zarr(da.full(4, 2, chunks=4, dtype="i8"), array, region=(slice(6, 10),))
     np.testing.assert_array_equal(array[...], [1] * 6 + [2] * 4)
-    with pytest.raises(UsageError, match="rectilinear grid's chunk boundaries"):
-        zarrx.from_zarr(str(tmp_path), chunks=5)
+    back = zarrx.from_zarr(str(tmp_path), chunks=5)  # blocks that cut through its chunks read what they need
+    assert back.chunks == ((5, 5),)
+    np.testing.assert_array_equal(back.compute(), [1] * 6 + [2] * 4)
 
 
 # -- xarray ------------------------------------------------------------------------------------------

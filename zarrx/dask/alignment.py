@@ -2,13 +2,17 @@
 
 Parallel writes are only safe when no two dask blocks touch one stored object (a chunk, or a
 shard for a sharded array), so :func:`align_blocks` checks a dask array's block boundaries
-against the grid: it returns the array as it is, rechunks it onto the grid
-(``align="rechunk"``), or raises :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the
-conflicting block pairs and the object they share. :func:`first_bad_boundary` is the check
-alone, for reads whose blocks must be multiples of the chunk shape.
+against the grid: it returns the array as it is when they line up (no rechunk, no cost), or
+rechunks it onto the grid as dask 2026.8's ``to_zarr`` does (``align="rechunk"``: along the
+axes that need it, ``"auto"`` blocks near dask's ``array.chunk-size`` in multiples of the shard
+or chunk shape, with dask's PerformanceWarning when that setting is smaller than one shard), or
+raises :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the conflicting block pairs,
+the object they share and the keyword that aligns instead (``align="error"``).
+:func:`first_bad_boundary` is the check alone.
 
 The grid is given per axis as a chunk length, or -- for a rectilinear grid -- as the tuple of
-its chunks' edge lengths, whose running sums are the boundaries blocks may end on.
+its chunks' edge lengths, whose running sums are the boundaries blocks may end on (there the
+chunks themselves are the aligned blocks).
 """
 
 from __future__ import annotations
@@ -23,8 +27,7 @@ from typing import Sequence
 import dask
 import dask.array as da
 import numpy as np
-from dask.array.core import PerformanceWarning
-from dask.utils import parse_bytes
+from dask.array.core import PerformanceWarning, normalize_chunks
 
 from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
@@ -126,16 +129,17 @@ def _describe(conflict: _Conflict, offsets: tuple[int, ...], unit: tuple[Axis, .
     return f"blocks {first} and {second} both write {kind} {shared} ({where})"
 
 
-def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: Axis) -> tuple[int, ...]:
+def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: Axis, step: int | None = None) -> tuple[int, ...]:
     """Block sizes covering ``sum(sizes)`` elements from ``offset`` whose boundaries are multiples of
-    ``chunk``, each close to the largest block in ``sizes`` (a multiple of ``chunk``); on a
-    rectilinear axis, the chunks themselves."""
+    ``step`` (a multiple of ``chunk``; by default the largest block in ``sizes`` rounded down to
+    one); on a rectilinear axis, the chunks themselves."""
     length = sum(sizes)
     if isinstance(chunk, tuple):
         ends = np.cumsum(np.asarray(chunk, dtype=np.int64))
         cuts = [int(end) - offset for end in ends if offset < end < offset + length]
         return tuple(np.diff([0, *cuts, length]).tolist()) or (0,)
-    step = chunk * max(1, max(sizes) // chunk)
+    if step is None:
+        step = chunk * max(1, max(sizes) // chunk)
     out, position, stop = [], offset, offset + length
     while position < stop:
         end = min(stop, (position // step + 1) * step)
@@ -144,46 +148,84 @@ def _aligned_sizes(sizes: tuple[int, ...], offset: int, chunk: Axis) -> tuple[in
     return tuple(out) or (0,)
 
 
+def _dask_steps(x: da.Array, array: Array, unit: tuple[Axis, ...], axes: list[int]) -> dict[int, int]:
+    """The block length dask's ``to_zarr`` would choose along each of ``axes``: ``"auto"`` blocks over
+    the whole array (near ``array.chunk-size``, in multiples of the shard or chunk shape, the other
+    axes keeping ``x``'s blocks), rounded down to a multiple of the grid -- never below one shard
+    or chunk, with dask's PerformanceWarning when ``array.chunk-size`` asked for less. For object
+    data, whose size dask cannot tell, none: the blocks stay near their own size."""
+    regular = [axis for axis in axes if not isinstance(unit[axis], tuple)]
+    if not regular:
+        return {}
+    request = tuple("auto" if axis in regular else max(1, max(sizes)) for axis, sizes in enumerate(x.chunks))
+    previous = tuple(max(size) if isinstance(size, tuple) else size for size in unit)
+    try:
+        auto = normalize_chunks(request, array.shape, dtype=x.dtype, previous_chunks=previous)
+    except NotImplementedError:  # object data (strings): dask cannot size "auto" blocks of it
+        return {}
+    steps, warned = {}, False
+    for axis in regular:
+        nominal, size = auto[axis][0], unit[axis]
+        if len(auto[axis]) == 1:  # one block along the whole axis: nothing to share
+            steps[axis] = max(nominal, array.shape[axis])
+            continue
+        steps[axis] = size * max(1, nominal // size)
+        if nominal % size and not warned:  # dask warns once, for the first such axis
+            _warn_small_chunk_size(x, array, axis, nominal, steps[axis], unit)
+            warned = True
+    return steps
+
+
+def _warn_small_chunk_size(
+    x: da.Array, array: Array, axis: int, nominal: int, step: int, unit: tuple[Axis, ...]
+) -> None:
+    """dask's PerformanceWarning when ``array.chunk-size`` asks for blocks that are no multiple of
+    the shard (chunk) shape, smaller than one shard at most: dask then writes racing blocks;
+    zarrx writes ``step`` long blocks (whole shards) instead."""
+    kind = "shard" if array.shards else "chunk"
+    safe = math.prod(max(size) if isinstance(size, tuple) else size for size in unit) * max(1, x.dtype.itemsize)
+    warnings.warn(
+        f"The input Dask array will be rechunked along axis {axis} with chunk size {step}: dask's "
+        f"\"array.chunk-size\" ({dask.config.get('array.chunk-size')}) asks for {nominal}, but a chunk size "
+        f"divisible by {unit[axis]} is required to write safely to the Zarr array {array.name!r} (whole {kind}s "
+        f"per task), so zarrx writes blocks of {step} instead. Set the \"array.chunk-size\" configuration parameter "
+        f"to at least the size in bytes of a single {kind} of the array, {safe} bytes, e.g. "
+        f'dask.config.set({{"array.chunk-size": {safe}}})',
+        PerformanceWarning,
+        stacklevel=5,
+    )
+
+
 def align_blocks(x: da.Array, array: Array, offsets: tuple[int, ...], align: str) -> da.Array:
-    """``x`` itself when no two blocks share a stored object, rechunked onto the grid for ``align="rechunk"``."""
+    """``x`` itself when no two blocks share a stored object (chunk, or shard), else -- for
+    ``align="rechunk"`` -- rechunked onto the grid as dask's ``to_zarr`` does: along the axes
+    that need it, blocks near dask's ``array.chunk-size`` in multiples of the shard (chunk)
+    shape, cut at the region's start and end; for ``align="error"`` a
+    :class:`~zarrx.errors.ChunkAlignmentError` naming a few of the blocks and what they share."""
     unit = array.shards or array.chunks
+    if x.size == 0:
+        return x
     conflicts, pairs = _conflicts(x.chunks, offsets, unit)
     if not conflicts:
         return x
     kind = "shard" if array.shards else "chunk"
     if align == "rechunk":
-        bad_axes = {conflict.axis for conflict in conflicts}
-        aligned = x.rechunk(
+        bad_axes = sorted({conflict.axis for conflict in conflicts})
+        steps = _dask_steps(x, array, unit, bad_axes)
+        return x.rechunk(
             tuple(
-                _aligned_sizes(sizes, offset, chunk) if axis in bad_axes else sizes
+                _aligned_sizes(sizes, offset, chunk, steps.get(axis)) if axis in bad_axes else sizes
                 for axis, (sizes, offset, chunk) in enumerate(zip(x.chunks, offsets, unit))
             )
         )
-        _warn_large_blocks(aligned, sorted(bad_axes), array.name, kind, unit)
-        return aligned
     examples = "; ".join(_describe(conflict, offsets, unit, kind) for conflict in conflicts)
     where = f" starting at {offsets}" if any(offsets) else ""
     raise ChunkAlignmentError(
         f"cannot write the dask array to {array.name!r} in parallel: {pairs} pair(s) of its blocks would write "
         f"the same {kind} ({kind} shape {unit}), e.g. {examples}. Rechunk the dask array so that its blocks "
-        f"are multiples of {unit} on the {kind} grid{where}, or pass align='rechunk'"
+        f"are multiples of {unit} on the {kind} grid{where}, or pass align_chunks=True to have zarrx rechunk "
+        f"it as dask's to_zarr does (safe_chunks=True or align_chunks=False ask for this error instead)"
     )
-
-
-def _warn_large_blocks(x: da.Array, axes: list[int], name: str, kind: str, unit: tuple[int, ...]) -> None:
-    """dask's PerformanceWarning when the blocks lined up with the grid are larger than its
-    ``array.chunk-size``: no smaller block could be written safely."""
-    limit = parse_bytes(dask.config.get("array.chunk-size"))
-    largest = math.prod(max(sizes) for sizes in x.chunks) * x.dtype.itemsize
-    if largest > limit:
-        warnings.warn(
-            f"The input Dask array will be rechunked along axis {', '.join(map(str, axes))} to blocks of up to "
-            f"{largest} bytes, more than dask's array.chunk-size ({limit} bytes): a block must cover whole "
-            f"{kind}s ({kind} shape {unit}) of {name!r} to be written safely. Set \"array.chunk-size\" to at "
-            f"least {math.prod(unit) * x.dtype.itemsize} bytes, or rechunk the array yourself.",
-            PerformanceWarning,
-            stacklevel=4,
-        )
 
 
 def warn_partial_objects(array: Array, offsets: tuple[int, ...], shape: tuple[int, ...]) -> None:

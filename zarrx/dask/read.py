@@ -1,11 +1,12 @@
 """Zarr arrays as dask arrays: graph building only.
 
 Reading (:func:`from_zarr`, :meth:`zarrx.Array.to_dask`) gives one task per stored object: per
-chunk, or per shard for a sharded array. ``chunks=`` may ask for any multiple of the (inner)
-chunk shape instead. Each task holds the array's :class:`~zarrx.io.handle.ArrayHandle` -- the
-store, the node path and the parsed metadata, about a kilobyte pickled, never data -- and its
-block's selection, and reads it with :func:`zarrx.io.execute.read_selection`, the batched path
-``arr[...]`` takes.
+chunk, or per shard for a sharded array. ``chunks=`` may ask for other blocks: multiples of
+the (inner) chunk shape, or -- as in ``dask.array.from_zarr`` -- blocks that cut through chunks,
+each task reading the part of a chunk it covers. Each task holds the array's
+:class:`~zarrx.io.handle.ArrayHandle` -- the store, the node path and the parsed metadata,
+about a kilobyte pickled, never data -- and its block's selection, and reads it with
+:func:`zarrx.io.execute.read_selection`, the batched path ``arr[...]`` takes.
 
 The result is an ordinary dask array built by :func:`~zarrx.dask.lazy.lazy_array`: one
 ``Blockwise`` read layer whose tasks are made when dask culls it, described by a few numbers per
@@ -39,7 +40,7 @@ from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
 from zarrx.concurrency import task_threads
-from zarrx.dask.alignment import first_bad_boundary, grid_blocks
+from zarrx.dask.alignment import grid_blocks
 from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
 from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array, select
 from zarrx.errors import GraphTooLargeError, NameNotFoundError, SelectionError, UsageError, UsageTypeError
@@ -74,8 +75,10 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, 
     chunks
         The dask block shape: by default the shard shape for a sharded array, else the chunk
         shape. Anything ``dask.array.normalize_chunks`` takes (ints, -1 or None for a whole
-        axis, explicit block sizes per axis, ``"auto"``), as long as every block but the last
-        along each axis is a multiple of the (inner) chunk shape.
+        axis, explicit block sizes per axis, ``"auto"``). Blocks that are multiples of the
+        (inner) chunk shape read whole chunks; blocks that cut through chunks work too, as in
+        ``dask.array.from_zarr`` (each task reads the part of a chunk it needs, so such a chunk
+        is fetched and decoded once per block touching it).
     name
         The dask array's name (by default one derived from the array and ``chunks``).
     region
@@ -88,7 +91,7 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, 
     Raises
     ------
     UsageError
-        ``chunks`` would cut through a chunk.
+        ``chunks`` is not something ``dask.array.normalize_chunks`` takes for the array's shape.
     GraphTooLargeError
         The array has so many blocks that the dask array cannot be built (its block sizes
         alone would take more than half the machine's memory); the message suggests ``chunks=``.
@@ -105,6 +108,9 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, 
     276
     >>> array_to_dask(arr, chunks=(4, -1)).chunks
     ((4, 2), (4,))
+    >>> array_to_dask(arr, chunks=(3, 3)).compute()[2:4, 2:4]   # blocks that cut through chunks
+    array([[10, 11],
+           [14, 15]], dtype=int32)
     >>> array_to_dask(arr, region=(slice(1, 5), 0)).compute()
     array([ 4,  8, 12, 16], dtype=int32)
     """
@@ -244,10 +250,10 @@ def _refuse_huge_graph(array: Array, chunks: Any, blocks: tuple[int, ...]) -> No
 
 
 def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
-    """The blocks along each axis for reading ``array``: regular ones straight from a regular chunk
-    grid (no tuple per block is made here), anything else -- a rectilinear grid, irregular sizes,
-    ``"auto"``, blocks that cut chunks (refused there) -- from :func:`_read_chunks`, as a table of
-    block edges when irregular."""
+    """The blocks along each axis for reading ``array``: regular ones (of any size, whether or not
+    they cut through chunks) straight from a regular chunk grid (no tuple per block is made here),
+    anything else -- a rectilinear grid, irregular sizes, ``"auto"`` -- from :func:`_read_chunks`,
+    as a table of block edges when irregular."""
     stored = array.shards or array.chunks
     given = () if chunks is None else (chunks,) if isinstance(chunks, int) else chunks
     plain = isinstance(given, (tuple, list)) and all(
@@ -255,9 +261,7 @@ def _read_axes(array: Array, chunks: Any) -> tuple[Axis, ...]:
         for item in given
     )
     regular = _regular_blocks(array, chunks, stored) if plain and not _is_rectilinear(stored) else None
-    if regular is not None and all(
-        size % chunk == 0 or size >= length for size, chunk, length in zip(regular, array.chunks, array.shape)
-    ):
+    if regular is not None:
         _refuse_huge_graph(array, chunks, regular)
         return tuple(regular_axis(length, min(size, length)) for length, size in zip(array.shape, regular))
     return tuple(axis_from_sizes(blocks) for blocks in _read_chunks(array, chunks))
@@ -269,7 +273,10 @@ def _is_rectilinear(stored: tuple[Any, ...]) -> bool:
 
 
 def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
-    """Dask block sizes for reading ``array``: ``chunks`` normalized and checked against the chunk grid."""
+    """Dask block sizes for reading ``array``: ``chunks`` normalized (``"auto"`` in multiples of the
+    shard or chunk shape). Blocks may end inside a stored chunk, as in ``dask.array.from_zarr``:
+    each task reads the part of every chunk its block covers (a chunk cut by a block boundary is
+    fetched and decoded by each task that covers part of it)."""
     stored = array.shards or array.chunks
     if _is_rectilinear(stored):  # a rectilinear grid: its chunks are the blocks
         stored = grid_blocks(stored, array.shape)
@@ -284,22 +291,6 @@ def _read_chunks(array: Array, chunks: Any) -> tuple[tuple[int, ...], ...]:
         )  # fmt: skip
     except (TypeError, ValueError) as error:
         raise UsageError(f"chunks: cannot use {chunks!r} for an array of shape {array.shape}: {error}") from None
-    inner = array.chunks
-    for axis, (sizes, chunk) in enumerate(zip(blocks, inner)):
-        boundary = first_bad_boundary(sizes, 0, chunk)
-        if boundary is not None and isinstance(chunk, tuple):
-            raise UsageError(
-                f"chunks: dask blocks of array {array.name!r} must end on its rectilinear grid's chunk boundaries, "
-                f"found a block boundary at {boundary} along axis {axis} with chunks={chunks!r}; use chunks=None"
-            )
-        if boundary is not None:
-            multiple = tuple(max(c, (b[0] // c) * c) for b, c in zip(blocks, inner))
-            raise UsageError(
-                f"chunks: every dask block but the last along an axis must be a multiple of the chunk shape "
-                f"{inner} of array {array.name!r}, found a block boundary at {boundary} along axis {axis} "
-                f"(inside chunk {boundary // chunk}) with chunks={chunks!r}; "
-                f"use a multiple such as chunks={multiple}"
-            )
     return blocks
 
 

@@ -3,10 +3,14 @@
 :func:`to_zarr` creates the array (or opens it, for ``region=``) at once and writes every block
 in its own task, without locks. That is only safe when no two blocks touch one stored object
 (chunk, or shard), so the block boundaries are checked against the chunk grid first
-(:mod:`zarrx.dask.alignment`): a write that would make two tasks rewrite one chunk raises
-:class:`~zarrx.errors.ChunkAlignmentError` naming the blocks and the chunk, or, with
-``align_chunks=True`` (dask's ``to_zarr`` always does this), the dask array is rechunked onto
-the grid first. zarrx never writes a racing layout: ``safe_chunks=False`` rechunks too.
+(:mod:`zarrx.dask.alignment`). Blocks that line up are written as they are. Blocks that would
+make two tasks rewrite one shard are rechunked onto the grid first, as dask 2026.8's own
+``to_zarr`` does (blocks near ``array.chunk-size`` in multiples of the shard shape, dask's
+UserWarning for irregular blocks and PerformanceWarning where dask gives them) -- unless the
+caller asks for strictness (``safe_chunks=True`` or ``align_chunks=False``, xarray's words, or
+``align="error"``): then :class:`~zarrx.errors.ChunkAlignmentError` names the blocks, the chunk
+and the keyword that aligns instead. zarrx never writes a racing layout: ``safe_chunks=False``
+rechunks too.
 
 What it returns is what ``dask.array.store`` returns: with ``compute=False`` a lazy dask array
 whose blocks are the writes (compute it, or several together with ``dask.compute``, and shared
@@ -78,8 +82,8 @@ def to_zarr(
     compute: bool = True,
     return_stored: bool = False,
     overwrite: bool = False,
-    safe_chunks: bool = True,
-    align_chunks: bool = False,
+    safe_chunks: bool | None = None,
+    align_chunks: bool | None = None,
     align: str | None = None,
     storage_options: dict[str, Any] | None = None,
     component: str | None = None,
@@ -101,8 +105,10 @@ def to_zarr(
     ``region`` says where).
 
     Every block is written by its own task, without locks, so no two blocks may touch one
-    stored chunk (shard, for a sharded array): block boundaries, shifted by the region start,
-    must fall on the chunk grid, or ``x`` is rechunked onto it when asked.
+    stored chunk (shard, for a sharded array): when block boundaries, shifted by the region
+    start, fall inside one, ``x`` is rechunked onto the grid as ``dask.array.to_zarr`` does,
+    unless strictness is asked for (``safe_chunks=True``, ``align_chunks=False`` or
+    ``align="error"``).
 
     Parameters
     ----------
@@ -121,17 +127,23 @@ def to_zarr(
     overwrite, mode
         Replace what is at ``path`` (without ``region``); dask's ``mode="w"`` is ``overwrite=True``,
         ``mode="r"`` is refused.
-    safe_chunks, align_chunks
-        xarray's names: ``align_chunks=True`` rechunks ``x`` onto the chunk (shard) grid, offset by
-        the region start, when its blocks would share a stored object; with ``safe_chunks=True``
-        and ``align_chunks=False`` (the default) such a write raises
-        :class:`~zarrx.errors.ChunkAlignmentError`; ``safe_chunks=False`` rechunks as well (zarrx
-        never writes a racing layout). ``align="error"``/``"rechunk"`` is the older spelling.
+    safe_chunks, align_chunks, align
+        What to do with blocks that would share a stored object. By default (none given) ``x``
+        is rechunked onto the chunk (shard) grid, offset by the region start, as
+        ``dask.array.to_zarr`` does: along the axes that need it, blocks near dask's
+        ``array.chunk-size`` in multiples of the shard shape (never less than one shard; dask's
+        PerformanceWarning says when ``array.chunk-size`` asked for less), and irregular blocks
+        of a new array are first made regular with dask's UserWarning. ``align_chunks=True`` (or
+        ``safe_chunks=False``) asks for that explicitly; ``safe_chunks=True`` or
+        ``align_chunks=False`` (xarray's words) asks for a
+        :class:`~zarrx.errors.ChunkAlignmentError` instead, as does ``align="error"`` (the older
+        spelling, with ``align="rechunk"``). Blocks that line up are never rechunked.
 
     Raises
     ------
     ChunkAlignmentError
-        Two blocks of ``x`` would write the same chunk (or shard); the message names them.
+        Strictness was asked for and two blocks of ``x`` would write the same chunk (or shard);
+        the message names them and the keyword that aligns instead.
 
     Examples
     --------
@@ -141,10 +153,12 @@ def to_zarr(
     >>> arr.chunks, int(arr[2, 3])
     ((1, 4), 11)
     >>> arr = zarrx.create_array({}, shape=(10,), chunks=(5,), dtype="int64", fill_value=0)
-    >>> _ = zarrx.to_zarr(da.ones(4, chunks=2, dtype="int64"), arr.store, region=(slice(3, 7),),
-    ...                   align_chunks=True)
+    >>> lazy = zarrx.to_zarr(da.ones(4, chunks=2, dtype="int64"), arr, region=(slice(2, 6),), compute=False)
+    >>> lazy.chunks   # blocks 2:4 and 4:6 would both write chunk 0: one block 2:6 writes it
+    ((4,),)
+    >>> _ = lazy.compute()
     >>> arr[:]
-    array([0, 0, 0, 1, 1, 1, 1, 0, 0, 0])
+    array([0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
     >>> lazy = zarrx.to_zarr(da.ones(4, chunks=2), {}, compute=False)
     >>> lazy.chunks, lazy.compute().size   # writes when computed, as dask.array.store(compute=False)
     (((2, 2),), 0)
@@ -191,13 +205,21 @@ def _existing_array(store: Any, path: str, storage_options: dict[str, Any] | Non
         ) from None
 
 
-def _alignment(align: str | None, safe_chunks: bool, align_chunks: bool) -> str:
-    """``"error"`` or ``"rechunk"``: what to do with blocks that would share a stored object."""
+def _alignment(align: str | None, safe_chunks: bool | None, align_chunks: bool | None) -> str:
+    """``"error"`` or ``"rechunk"``: what to do with blocks that would share a stored object.
+
+    dask's ``to_zarr`` always rechunks, so that is the default; xarray's ``safe_chunks=True`` and
+    ``align_chunks=False``, given explicitly, ask for strictness (``align_chunks=True`` wins, and
+    ``safe_chunks=False`` rechunks: zarrx never writes blocks that race)."""
     if align is not None:
         if align not in ALIGN_CHOICES:
             raise UsageError(f"align: expected one of {ALIGN_CHOICES}, found {align!r}")
         return align
-    return "rechunk" if align_chunks or not safe_chunks else "error"
+    if align_chunks or safe_chunks is False:
+        return "rechunk"
+    if safe_chunks or align_chunks is False:
+        return "error"
+    return "rechunk"
 
 
 def _path(path: str, component: str | None) -> str:

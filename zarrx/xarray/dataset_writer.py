@@ -281,7 +281,8 @@ class DatasetWriter:
             grid = f"shards={array.shards}" if array.shards else f"encoding['chunks']={array.chunks}"
             raise ChunkAlignmentError(
                 f"Specified Zarr chunks ({grid}) for variable named {name!r} would overlap multiple Dask chunks: "
-                f"{error} (to_zarr's align_chunks=True rechunks onto the grid)"
+                f"{error}. ds.zarrx.to_zarr follows xarray: safe_chunks=True, the default, refuses; "
+                "align_chunks=True (or safe_chunks=False) rechunks onto the grid"
             ) from None
 
     def _create(self, name: Hashable, variable: Variable, fill_value: Any, encoding: dict, attrs: dict) -> Array:

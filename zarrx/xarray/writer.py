@@ -18,9 +18,10 @@ The steps are xarray's zarr engine's, with zarrx underneath:
 3. Data: NumPy-backed variables are written at once; dask-backed ones by
    :func:`zarrx.to_zarr`, one task per block, without locks. A layout where two blocks would
    write one chunk -- one *shard* for a sharded array -- raises
-   :class:`~zarrx.errors.ChunkAlignmentError` (``safe_chunks=True``), or is rechunked onto the
-   grid first (``align_chunks=True`` or ``safe_chunks=False``: zarrx never writes a racing
-   layout). In mode ``r+`` a dask-backed region must also start and end on the grid (or at
+   :class:`~zarrx.errors.ChunkAlignmentError` (``safe_chunks=True``, xarray's default), or is
+   rechunked onto the grid first as dask's ``to_zarr`` does -- blocks near ``array.chunk-size``
+   in multiples of the shard shape (``align_chunks=True`` or ``safe_chunks=False``: zarrx never
+   writes a racing layout). In mode ``r+`` a dask-backed region must also start and end on the grid (or at
    the array's end), since other processes may write the regions beside it.
 4. Consolidated metadata is written once all arrays exist (before data is written, which does
    not change metadata), and refreshed by any later write that changes metadata, so it never
