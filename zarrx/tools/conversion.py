@@ -283,7 +283,7 @@ def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ..
     blocks whose objects are all stored and verified already (``done``)."""
     import dask
     from zarrx.dask.alignment import align_blocks
-    from zarrx.dask.read import BlockSelections
+    from zarrx.dask.read import BlockSelections, read_block
     from zarrx.dask.write import to_zarr, write_block
 
     if not done:  # a new copy: dask's blockwise write, the read and write of a block fused in one task
@@ -293,7 +293,9 @@ def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ..
     unit = target.shards or target.chunks
     selections = BlockSelections(blocks.chunks)
     handle = target.handle.evolve(for_writing=True)
-    delayed = blocks.to_delayed()
+    # each block read from the source by its own task (what the rechunked dask array would read),
+    # not taken from that array: dask's array expressions have neither to_delayed nor .blocks
+    read = dask.delayed(functools.partial(read_block, source.handle), pure=True)
     # the handle bound outside the arguments, which dask would walk through (a dataclass) per task
     write = dask.delayed(functools.partial(write_block, handle=handle, offset=offsets), pure=False)
     tasks = []
@@ -304,7 +306,8 @@ def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ..
         covered = [range(part.start // step, (part.stop - 1) // step + 1) for part, step in zip(selection, unit)]
         if all(coords in done for coords in itertools.product(*covered)):
             continue
-        tasks.append(write(delayed[index], selection=selection, dask_key_name=f"zarrx-convert-{name}-{index}"))
+        block = read(selection, dask_key_name=f"zarrx-convert-read-{name}-{index}")
+        tasks.append(write(block, selection=selection, dask_key_name=f"zarrx-convert-{name}-{index}"))
     return tasks
 
 
