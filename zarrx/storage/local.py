@@ -10,6 +10,9 @@ Rules this store keeps:
   ``os.replace``, so a reader sees the old bytes or the new ones, never a torn
   file, and a crashed writer leaves the old value. Temporary files are never
   listed. (No ``fsync``: atomic for readers, not durable across a power cut.)
+* **Metadata updates across processes** run under an advisory lock on
+  ``<root>/.zarrx-metadata.lock`` (:meth:`LocalStore.lock_metadata`,
+  :mod:`zarrx.storage.metadata_updates`); the lock file is never listed.
 * **Keys stay inside the root.** Every key and prefix goes through
   :func:`~zarrx.storage.paths.validate_key`; ``..`` or a leading ``/`` raise
   :class:`~zarrx.errors.InvalidPathError`. Every read, write and deletion is resolved
@@ -46,6 +49,7 @@ from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, file_lock
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 
@@ -61,6 +65,11 @@ _TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 def is_temporary_name(name: str) -> bool:
     """True for the name of a temporary file :meth:`LocalStore.set` writes before renaming it."""
     return name[:1] == "." and name.endswith(".tmp") and _TEMPORARY_NAME.fullmatch(name) is not None
+
+
+def _hidden(name: str, folder_key: str) -> bool:
+    """A temporary file, or the metadata lock file in the root folder: not a key."""
+    return name[:1] == "." and (is_temporary_name(name) or (name == LOCK_NAME and not folder_key))
 
 
 # -- reading one file --------------------------------------------------------------------
@@ -99,6 +108,7 @@ class LocalStore(Store):
     #: each file once, so its ranges come from one version of it
     reads_are_local = True
     consistent_ranges = True
+    locks_metadata = HAS_FILE_LOCKS
 
     def __init__(
         self, root: str | os.PathLike[str], read_only: bool = False, *, follow_external_links: bool = False
@@ -117,6 +127,12 @@ class LocalStore(Store):
     @property
     def location(self) -> tuple[str, str]:
         return ("file", self.root)
+
+    def lock_metadata(self) -> Any:
+        """An advisory lock on ``<root>/.zarrx-metadata.lock`` for the block's duration."""
+        if self.read_only or not HAS_FILE_LOCKS:
+            return contextlib.nullcontext()  # a read-only store updates no metadata
+        return file_lock(self._prefix + LOCK_NAME)
 
     def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
         validate_prefix(prefix)
@@ -294,7 +310,7 @@ class LocalStore(Store):
                 kind = self._entry_kind(entry, key, seen_links)
                 if kind == "folder":
                     stack.append((key, ""))
-                elif kind == "file" and not is_temporary_name(entry.name):
+                elif kind == "file" and not _hidden(entry.name, folder_key):
                     yield key
 
     def _scan(self, prefix: str, folder_key: str) -> list[os.DirEntry[Any]]:
@@ -330,7 +346,7 @@ class LocalStore(Store):
         folder_key = prefix.rstrip("/")
         return sorted(
             entry.name for entry in self._scan(prefix, folder_key)
-            if not is_temporary_name(entry.name) and not self._leaves_root(entry, folder_key)
+            if not _hidden(entry.name, folder_key) and not self._leaves_root(entry, folder_key)
         )  # fmt: skip
 
     def _leaves_root(self, entry: os.DirEntry[Any], folder_key: str) -> bool:
