@@ -26,27 +26,36 @@ deleting nodes):
    member writes may have updated since.
 
 Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
-Within a process the metadata writes of one store are serialized (:func:`metadata_lock`), so
-threads appending to different arrays lose no update. A writer of many nodes wraps its writes in
-:func:`batched_updates`, which rewrites each consolidated document once at the end instead of once
-per node (the xarray writer does). Zarr has no locks across processes: two
-processes changing metadata of one hierarchy at the same moment can each rewrite a consolidated
-document from the version before the other's change, leaving it stale.
-:func:`disagreements` finds such copies (``zarrx verify`` reports them) and
-:func:`zarrx.consolidate_metadata` rewrites them.
+A writer of many nodes wraps its writes in :func:`batched_updates`, which rewrites each
+consolidated document once at the end instead of once per node (the xarray writer does).
+
+**Other writers.** Every metadata update (creating or deleting a node, attributes, ``resize`` and
+``append``, the consolidated copies, :func:`zarrx.consolidate_metadata`) is a read-modify-write of
+shared documents, so it runs under :func:`metadata_lock`: within a process a lock per store, and
+across processes the store's own lock where it offers one (``locks_metadata``: an advisory file
+lock on a local folder, :mod:`zarrx.storage.metadata_updates`). A store offering conditional
+writes instead (``conditional_writes``: S3's ETag preconditions) has each consolidated document
+rewritten only over the version it was read at, read again and retried when another process
+wrote it first. On a store offering neither, two processes changing metadata of one hierarchy at
+the same moment can each rewrite a consolidated document from the version before the other's
+change, leaving it stale: :func:`disagreements` finds such copies (``zarrx verify`` names every
+member a copy misses) and :func:`zarrx.consolidate_metadata` rewrites them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from zarrx.errors import MetadataError, StoreError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
 from zarrx.metadata.protocol import NodeMetadata
-from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2
-from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
+from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA
+from zarrx.nodes.consolidated_check import disagreements, find_stale, parse_copies
+from zarrx.nodes.hierarchy import ZARR_JSON, write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
@@ -75,10 +84,39 @@ def _store_key(store: Store) -> Any:
     return store.location
 
 
-def metadata_lock(store: Store) -> threading.RLock:
-    """The lock that serializes, within this process, the metadata writes of ``store``'s hierarchy
-    (a read-modify-write of a consolidated document must not interleave with another)."""
-    return _LOCKS[hash(_store_key(store)) % len(_LOCKS)]
+#: how deep this process is inside metadata_lock, by _store_key (changed only under the lock)
+_DEPTH: dict[Any, int] = {}
+
+
+@contextlib.contextmanager
+def metadata_lock(store: Store) -> Iterator[None]:
+    """A ``with`` block serializing the metadata updates of ``store``'s hierarchy: against the other
+    threads of this process, and against other processes where the store has a lock
+    (``store.locks_metadata``). Re-entrant: an update inside another takes the store's lock once.
+
+    Examples
+    --------
+    >>> from zarrx.storage import MemoryStore
+    >>> store = MemoryStore()
+    >>> with metadata_lock(store):
+    ...     with metadata_lock(store):  # nested blocks wait for nothing
+    ...         store.set("zarr.json", b"{}")
+    """
+    key = _store_key(store)
+    with _LOCKS[hash(key) % len(_LOCKS)]:
+        depth = _DEPTH.get(key, 0)
+        _DEPTH[key] = depth + 1
+        try:
+            if depth:
+                yield
+            else:
+                with store.lock_metadata():
+                    yield
+        finally:
+            if depth:
+                _DEPTH[key] = depth
+            else:
+                del _DEPTH[key]
 
 
 #: the changes recorded for each store inside :func:`batched_updates`, by _store_key
@@ -187,11 +225,49 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     keep_own = zarr_format == 3 and metadata.node_type == "group"
     with metadata_lock(store):
         documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
-        if keep_own:
-            metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
-        write_node(store, path, metadata)
+        if keep_own and _conditional(store):
+            metadata = _write_group_conditionally(store, own, metadata)
+        else:
+            if keep_own:
+                metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+            write_node(store, path, metadata)
+        documents.pop(own, None)
         update_copies(store, [(path, metadata, zarr_format)], documents, current=True)
     return metadata
+
+
+def _conditional(store: Store) -> bool:
+    """Whether updates of shared documents of ``store`` need conditional writes: other processes
+    may write them, and the store has no lock but conditional writes."""
+    return store.conditional_writes and not store.locks_metadata and not store.process_local
+
+
+#: how often a conditional update of one document is tried before giving up
+ATTEMPTS = 50
+
+
+def _update_conditionally(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> None:
+    """Rewrite the document at ``key`` as ``change`` makes it from its stored bytes (None: leave
+    it), only over the version read; read it again and retry while another writer came first."""
+    for attempt in range(ATTEMPTS):
+        raw, version = store.get_versioned(key)
+        updated = change(raw)
+        if updated is None or store.set_if(key, updated, version):
+            return
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))  # jittered backoff, then read again
+    raise StoreError(f"{key}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
+
+
+def _write_group_conditionally(store: Store, own: str, metadata: NodeMetadata) -> NodeMetadata:
+    """A v3 group's ``zarr.json`` written over the version whose consolidated metadata it keeps."""
+    written = [metadata]
+
+    def change(raw: bytes | None) -> bytes:
+        written[0] = metadata.evolve(consolidated_metadata=_stored_consolidated(raw, own))
+        return written[0].documents()[ZARR_JSON]
+
+    _update_conditionally(store, own, change)
+    return written[0]
 
 
 def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | None:
@@ -227,7 +303,18 @@ def update_copies(
         missing = [key for key in keys if key not in found or key in stale]
         if missing:
             found.update(store.get_many(missing))
+        if _conditional(store):
+            # the documents holding copies now, each rewritten only over the version it is read at
+            for key in [key for key in keys if found.get(key) and _editable(found[key], key) is not None]:
+                _update_conditionally(store, key, lambda raw, key=key: _with_changes(raw, key, changes))
+            return
         _write_copies(store, changes, keys, found)
+
+
+def _with_changes(raw: bytes | None, key: str, changes: list[Change]) -> bytes | None:
+    """The consolidated document ``raw`` at ``key`` with ``changes`` applied; None when unchanged."""
+    document = None if raw is None else _editable(raw, key)
+    return encode_json(document) if document is not None and _apply(document, key, changes) else None
 
 
 def _write_copies(store: Store, changes: list[Change], keys: list[str], found: Mapping[str, bytes | None]) -> None:
@@ -306,125 +393,3 @@ def _remove(entries: dict[str, Any], relative: str, v2: bool, documents_only: bo
         below = relative + "/"
         for name in [name for name in entries if name.startswith(below)]:
             del entries[name]
-
-
-# -- checking -----------------------------------------------------------------------------------
-def find_stale(
-    store: Store,
-    groups: Mapping[str, Any],
-    nodes: Mapping[str, NodeMetadata],
-    skipped: Callable[[str], bool] = lambda path: False,
-) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """The consolidated copies of a walked hierarchy that disagree with their members.
-
-    ``groups`` and ``nodes`` (arrays and groups) are metadata by path, as the nodes' own documents
-    say; members under a path ``skipped`` says (their documents could not be read) are not judged.
-    Returns ``(stale, invalid)``: ``(consolidated document key, member path, what differs)`` for
-    each disagreement (:func:`disagreements`), and ``(key, group path, error)`` for each
-    consolidated document that does not parse. Reads the v2 groups' ``.zmetadata`` in one batch.
-    """
-    v2_keys = [join_key(path, ZMETADATA) for path, metadata in groups.items() if metadata.zarr_format == 2]
-    zmetadata = store.get_many(v2_keys) if v2_keys else {}
-    stale, invalid = [], []
-    for group, metadata in sorted(groups.items()):
-        key = join_key(group, ZMETADATA if metadata.zarr_format == 2 else ZARR_JSON)
-        raw = zmetadata.get(key)
-        if raw is None and getattr(metadata, "consolidated_metadata", None) is None:
-            continue  # not consolidated (or the draft layout, which has no consolidated metadata)
-        try:
-            copies = parse_copies(metadata, raw, group)
-        except MetadataError as error:
-            invalid.append((key, group, str(error)))
-            continue
-        below = join_key(group, "")
-        members = {
-            path[len(below) :]: node for path, node in nodes.items()
-            if path.startswith(below) and path != group and node.zarr_format == metadata.zarr_format
-        }  # fmt: skip
-        copies = {relative: copy for relative, copy in copies.items() if not skipped(join_key(group, relative))}
-        for relative, difference in disagreements(group, copies, members):
-            member = join_key(group, relative)
-            stale.append((key, member, f"{'/' + member!r}: {difference}"))
-    return stale, invalid
-
-
-def disagreements(
-    group: str, copies: Mapping[str, NodeMetadata | Exception], members: Mapping[str, NodeMetadata]
-) -> list[tuple[str, str]]:
-    """Where the consolidated metadata of the group at ``group`` disagrees with its members'
-    own documents: ``(member path, what differs)``, sorted by path.
-
-    ``copies`` are the parsed consolidated copies by path relative to the group (an exception
-    for one that does not parse); ``members`` the nodes below the group as their own documents
-    say, by path relative to the group. A copy of a member that no longer exists, a member
-    without a copy and a copy that differs (naming the fields) are each reported.
-
-    Examples
-    --------
-    >>> import zarrx
-    >>> a = zarrx.create_array({}, shape=(2,), dtype="int8")
-    >>> disagreements("", {"x": a.metadata}, {"x": a.metadata.evolve(shape=(4,)), "y": a.metadata})
-    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'stored, but missing from the consolidated metadata')]
-    """
-    found = []
-    for path in sorted(set(copies) | set(members)):
-        copy, member = copies.get(path), members.get(path)
-        if member is None:
-            found.append((path, "in the consolidated metadata, but not stored (deleted since?)"))
-        elif copy is None:
-            found.append((path, "stored, but missing from the consolidated metadata"))
-        elif isinstance(copy, Exception):
-            found.append((path, f"its consolidated copy is invalid: {copy}"))
-        else:
-            difference = _difference(_comparable(member), _comparable(copy))
-            if difference:
-                found.append((path, difference.replace("{document}", _document_name(member))))
-    return found
-
-
-def _comparable(metadata: NodeMetadata) -> dict[str, Any]:
-    """The fields of a node's documents, in canonical form (consolidated copies left out)."""
-    if metadata.zarr_format == 2:
-        merged: dict[str, Any] = {}
-        for name, raw in metadata.documents().items():
-            merged.update({f"{name}:{field}": value for field, value in decode_json(raw, name).items()})
-        return merged
-    document = metadata.to_json()
-    document.pop("consolidated_metadata", None)
-    return document
-
-
-def _document_name(metadata: NodeMetadata) -> str:
-    return ZARR_JSON if metadata.zarr_format == 3 else ("/".join(metadata.documents()))
-
-
-def _difference(member: dict[str, Any], copy: dict[str, Any]) -> str:
-    fields = sorted(name for name in set(member) | set(copy) if member.get(name) != copy.get(name))
-    return "; ".join(
-        f"{name}: {_shown(member.get(name))} in its {{document}}, {_shown(copy.get(name))} in the consolidated metadata"
-        for name in fields[:3]
-    ) + (f"; and {len(fields) - 3} more fields" if len(fields) > 3 else "")
-
-
-def _shown(value: Any) -> str:
-    text = "absent" if value is None else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def parse_copies(group_metadata: Any, v2_document: bytes | None, group: str) -> dict[str, NodeMetadata | Exception]:
-    """The consolidated copies of the group at ``group`` by relative path, parsed (an exception
-    for a copy that does not parse): v3 from its metadata, v2 from its ``.zmetadata`` bytes."""
-    if v2_document is not None:  # the formats' own parsers of consolidated entries (FORMATS)
-        entries = ConsolidatedMetadataV2.from_json(v2_document, join_key(group, ZMETADATA)).metadata
-        node_format = FORMATS[2]
-    else:
-        consolidated = getattr(group_metadata, "consolidated_metadata", None)
-        entries = consolidated.metadata if consolidated is not None else {}
-        node_format = FORMATS[3]
-    copies: dict[str, NodeMetadata | Exception] = {}
-    for relative, entry in entries.items():
-        try:
-            copies[relative] = node_format.parse_consolidated(entry, join_key(group, relative))
-        except MetadataError as error:
-            copies[relative] = error
-    return copies
