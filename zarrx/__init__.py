@@ -43,7 +43,12 @@ def _to_dask(array: Array, chunks: Any = None, region: Any = None) -> Any:
     return importlib.import_module("zarrx.dask.read").array_to_dask(array, chunks, region=region)
 
 
+def _append_dask(array: Array, x: Any, axis: int = 0) -> tuple[int, ...]:
+    return importlib.import_module("zarrx.dask.append").append_dask(array, x, axis)
+
+
 conveniences.provide("to_dask", _to_dask)
+conveniences.provide("append_dask", _append_dask)
 
 
 # -- the .zarrx accessors of xarray objects -----------------------------------------------------------
