@@ -16,7 +16,7 @@ import dask
 
 from zarrx.dask.write import to_zarr
 from zarrx.nodes.array import Array
-from zarrx.nodes.consolidated import batched_updates
+from zarrx.nodes.consolidated import write_many
 
 __all__ = ["append_dask", "commit_after", "commit"]
 
@@ -55,13 +55,10 @@ def commit_after(writes: list[Any], staged: list[Array]) -> Any:
 
 
 def commit(staged: list[Array]) -> None:
-    """Store the metadata of the ``staged`` arrays, the consolidated copies rewritten once for all
-    (a reader of the copies sees every array grown, or none)."""
-    if not staged:
-        return
-    with batched_updates(staged[0].store):
-        for array in staged:
-            array.commit()
+    """Store the metadata of the ``staged`` arrays: the consolidated copies first, rewritten once
+    for all (a reader of the copies sees every array grown, or none), then each ``zarr.json``."""
+    if staged:
+        write_many(staged[0].store, [(array.path, array.metadata) for array in staged])
 
 
 def _commit(staged: list[Array], written: list[Any]) -> None:

@@ -286,8 +286,8 @@ class Array(Node[ArrayMetadataLike]):
 
         * **Growing**, what lies past the old edge (stored chunks there, and the part of boundary
           chunks past it, left by an append that was interrupted) is cleared first, while no
-          reader sees it, and then the new shape is written (``zarr.json``, then the
-          consolidated copies).
+          reader sees it, and then the new shape is written (the consolidated copies, then
+          ``zarr.json``: see :mod:`zarrx.nodes.consolidated`).
         * **Shrinking**, the trimmed chunks are prepared first (a chunk that cannot be decoded
           stops the resize with nothing changed), then the new shape is written, consolidated
           copies included, and only then are chunks trimmed and deleted: a failed metadata write
@@ -396,17 +396,18 @@ class Array(Node[ArrayMetadataLike]):
         return Array(self._store, self._path, metadata, write_empty_chunks=self.write_empty_chunks)
 
     def commit(self) -> None:
-        """Store this array's metadata as it is in memory (a :meth:`staged` array's new shape), then
-        its consolidated copies."""
+        """Store this array's metadata as it is in memory (a :meth:`staged` array's new shape): its
+        consolidated copies, then its ``zarr.json``."""
         self._write_metadata(self._metadata)
 
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
         """Grow along ``axis`` and write ``data`` into the new part; returns the new shape.
 
         The new chunks are written first, through the grown metadata held in memory, and the new
-        shape is stored last (``zarr.json``, then the consolidated copies): a process killed on
-        the way leaves the old array as it was, and running the append again completes it. A
-        dask array is written block by block in parallel (``zarrx.dask``), with the same order.
+        shape is stored last (the consolidated copies, then ``zarr.json``): a process killed on
+        the way leaves the old array as it was (or, killed between the two, the copies already
+        grown), and running the append again on the array as its ``zarr.json`` says completes
+        it. A dask array is written block by block in parallel (``zarrx.dask``), in the same order.
         """
         if hasattr(data, "__dask_graph__"):  # the dask collection protocol: written in parallel
             return conveniences.call("append_dask", self, data, axis)

@@ -17,10 +17,15 @@ deleting nodes):
    the groups to add above it), so creation costs no extra request. Chunk writes never touch
    metadata and cost nothing; a hierarchy without consolidated metadata pays one batched read
    of small documents per metadata write.
-2. **Order.** The member's own documents are written first, then each consolidated document
+2. **Order.** A new node's own documents are written first, then each consolidated document
    that holds a copy, rewritten whole (one atomic ``set`` each) with the copy replaced, added or
    removed and everything else kept as it was. A failure of that second step is a
-   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it.
+   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it. An
+   existing node's copies are written *before* its own documents (:func:`write_metadata`,
+   :func:`write_many`): a copy may run ahead of the member, never behind it. Writers (an append,
+   a resize) read the member's own documents; so a process killed in between leaves a writer
+   looking at the older shape -- running the append again rewrites the same rows -- and never
+   one past what a reader of the copy saw (which would append twice).
 3. **A group's own copy.** Writing a v3 group's attributes keeps the ``consolidated_metadata``
    its ``zarr.json`` holds *now* (read in the same batch), not the one it was opened with, which
    member writes may have updated since.
@@ -60,7 +65,7 @@ from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = [
-    "write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
+    "write_metadata", "write_many", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
     "metadata_lock", "batched_updates",
 ]  # fmt: skip
 
@@ -225,15 +230,49 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     keep_own = zarr_format == 3 and metadata.node_type == "group"
     with metadata_lock(store):
         documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
+        stored_own = documents.pop(own, None)
+        _copies_first(store, [(path, metadata, zarr_format)], documents)
         if keep_own and _conditional(store):
             metadata = _write_group_conditionally(store, own, metadata)
         else:
             if keep_own:
-                metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+                metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(stored_own, own))
             write_node(store, path, metadata)
-        documents.pop(own, None)
-        update_copies(store, [(path, metadata, zarr_format)], documents, current=True)
     return metadata
+
+
+def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
+    """Write the metadata of several existing nodes (arrays): their consolidated copies first, each
+    document rewritten once for all of them (also inside :func:`batched_updates`), then each node's
+    own documents -- so a reader of the copies sees every node changed, or none.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> x, y = (root.create_array(name, shape=(2,), dtype="int8") for name in "xy")
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> write_many(root.store, [("x", x.metadata.evolve(shape=(4,))), ("y", y.metadata.evolve(shape=(4,)))])
+    >>> [zarrx.open_group(root.store)[name].shape for name in "xy"]
+    [(4,), (4,)]
+    """
+    with metadata_lock(store):
+        _copies_first(store, [(path, metadata, metadata.zarr_format) for path, metadata in nodes], None)
+        for path, metadata in nodes:
+            write_node(store, path, metadata)
+
+
+def _copies_first(store: Store, changes: list[Change], documents: Mapping[str, bytes | None] | None) -> None:
+    """Update the consolidated copies of existing nodes before their own documents; a failure says
+    that the nodes' own metadata is unchanged."""
+    try:
+        update_copies(store, changes, documents, current=documents is not None, now=documents is None)
+    except StoreError as error:
+        nodes = ", ".join(repr("/" + path) for path, _, _ in changes)
+        raise StoreError(
+            f"the metadata of {nodes} was not changed: its consolidated copies are written first, and "
+            f"{str(error).partition('but the ')[2] or error}"
+        ) from error
 
 
 def _conditional(store: Store) -> bool:
@@ -282,6 +321,7 @@ def update_copies(
     documents: Mapping[str, bytes | None] | None = None,
     *,
     current: bool = False,
+    now: bool = False,
 ) -> None:
     """Bring every consolidated copy of the changed nodes up to date (their own documents are
     written already).
@@ -289,10 +329,11 @@ def update_copies(
     ``documents`` are the documents that may hold copies, read before (by key): those that do hold
     copies are read again under :func:`metadata_lock` unless ``current`` says they were read under
     it, and the keys missing from them are read in the same batch. A hierarchy without
-    consolidated metadata so needs no read at all when ``documents`` has every key.
+    consolidated metadata so needs no read at all when ``documents`` has every key. Inside
+    :func:`batched_updates` the copies are updated at the end of the block, unless ``now``.
     """
     changes = list(changes)
-    if _recorded(store, changes):
+    if not now and _recorded(store, changes):
         return  # brought up to date at the end of the batch
     keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
         path, zarr_format, metadata is not None and metadata.node_type == "group"
