@@ -55,6 +55,7 @@ def create_and_write(target: str, worker: int, start_at: float, mode: str, stora
     """One job: create and write ARRAYS arrays in the group at ``target``, starting at ``start_at``."""
     store = _store(target, mode, storage_options)
     group = zarrx.open_group(store, mode="a")
+    shared = group["shared"]  # one array: worker 0 appends to it, the others set its attributes
     time.sleep(max(0.0, start_at - time.time()))
     names = []
     for index in range(ARRAYS):
@@ -62,7 +63,12 @@ def create_and_write(target: str, worker: int, start_at: float, mode: str, stora
         array = group.create_array(name, shape=(8,), chunks=(4,), dtype="int32", fill_value=-1)
         array[:] = np.arange(8, dtype="int32") + 100 * worker + index
         array.attrs["job"] = worker  # an attribute update too: another read-modify-write
+        if worker == 0:
+            shared.append(np.array([index], dtype="int32"))
+        else:
+            shared.attrs[f"w{worker}_{index}"] = index
         names.append(name)
+    group.attrs[f"job{worker}"] = "done"  # the group's own document, which holds the consolidated copies
     return names
 
 
@@ -75,7 +81,7 @@ def pool():
 
 def _round(pool, target: str, mode: str = "local", storage_options: dict | None = None) -> list[str]:
     store = _store(target, mode, storage_options)
-    zarrx.create_group(store, attributes={"title": "jobs"})
+    zarrx.create_group(store, attributes={"title": "jobs"}).create_array("shared", shape=(0,), chunks=(4,), dtype="int32")
     zarrx.consolidate_metadata(store)
     start_at = time.time() + 0.3
     jobs = [(target, worker, start_at, mode, storage_options) for worker in range(PROCESSES)]
@@ -86,10 +92,17 @@ def _visible(target: str, storage_options: dict | None = None) -> list[str]:
     """The arrays the group shows when opened as xarray opens it (its consolidated metadata)."""
     group = zarrx.open_group(target, storage_options=storage_options)
     assert group.is_consolidated
-    return sorted(name for name, _ in group.arrays())
+    return sorted(name for name, _ in group.arrays() if name != "shared")
 
 
 def _check_values(target: str, names: list[str], storage_options: dict | None = None) -> None:
+    """Every array's values and attribute; the shared array appended to by one process while the
+    others set its attributes; the group's attributes set by each process (both views)."""
+    for group in (zarrx.open_group(target, storage_options=storage_options), zarrx.open_group(target, mode="r+", storage_options=storage_options)):
+        shared = group["shared"]
+        np.testing.assert_array_equal(shared[:], np.arange(ARRAYS))
+        assert {f"w{worker}_{index}" for worker in range(1, PROCESSES) for index in range(ARRAYS)} == set(shared.attrs)
+        assert dict(group.attrs) == {"title": "jobs", **{f"job{worker}": "done" for worker in range(PROCESSES)}}
     group = zarrx.open_group(target, storage_options=storage_options)
     for name in names:
         worker, index = (int(part) for part in name[1:].split("_"))
@@ -131,6 +144,7 @@ def test_without_lock_or_conditional_writes_verify_names_every_missing_member(po
     for round_ in range(ROUNDS):
         target = str(tmp_path / f"round{round_}.zarr")
         written = _round(pool, target, "nolock")
+        assert len(written) == PROCESSES * ARRAYS
         missing = sorted(set(written) - set(_visible(target)))
         named = sorted(
             problem.node.rsplit("/", 1)[-1] for problem in zarrx.verify(target).stale_consolidated

@@ -74,8 +74,9 @@ class Array(Node[ArrayMetadataLike]):
         """The array's :class:`~zarrx.io.handle.ArrayHandle`: what reads, writes and dask tasks use."""
         return self._handle
 
-    def _write_metadata(self, metadata: ArrayMetadataLike) -> None:
-        super()._write_metadata(metadata)
+    def _write_metadata(self, metadata: ArrayMetadataLike, change: Any = None) -> None:
+        # a shape change keeps the attributes stored now (another process may have set some)
+        super()._write_metadata(metadata, change or (lambda stored: metadata.evolve(attributes=stored.attributes)))
         self._handle = self._handle.evolve(metadata=self._metadata)
 
     # -- description ------------------------------------------------------------------

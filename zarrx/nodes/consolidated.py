@@ -56,11 +56,11 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from zarrx.errors import MetadataError, StoreError
-from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
+from zarrx.metadata.node import decode_json, encode_json, parse_node_metadata
 from zarrx.metadata.protocol import NodeMetadata
 from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA
 from zarrx.nodes.consolidated_check import disagreements, find_stale, parse_copies
-from zarrx.nodes.hierarchy import ZARR_JSON, write_node
+from zarrx.nodes.hierarchy import ZARR_JSON, read_node, write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
@@ -210,9 +210,17 @@ def copy_keys(path: str, zarr_format: int, is_group: bool) -> list[str]:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetadata:
+def write_metadata(
+    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata] | None = None
+) -> NodeMetadata:
     """Write the documents of the existing node at ``path`` and update its consolidated copies;
-    returns the metadata written (a v3 group's ``consolidated_metadata`` as stored now).
+    returns the metadata written.
+
+    ``change`` makes the write a read-modify-write of what is stored *now*, under
+    :func:`metadata_lock` (or as a conditional write): given the node's metadata as stored, it
+    returns what to write -- so an attribute set keeps the shape another process stored meanwhile,
+    and a resize keeps its attributes. Without it ``metadata`` is written as it is (a v3 group
+    keeping the ``consolidated_metadata`` stored now).
 
     Examples
     --------
@@ -220,31 +228,33 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     >>> root = zarrx.create_group({})
     >>> x = root.create_array("x", shape=(2,), dtype="int8")
     >>> _ = zarrx.consolidate_metadata(root.store)
-    >>> _ = write_metadata(root.store, "x", x.metadata.evolve(attributes={"units": "m"}))
+    >>> _ = write_metadata(root.store, "x", x.metadata, lambda stored: stored.evolve(attributes={"units": "m"}))
     >>> zarrx.open_group(root.store)["x"].attrs["units"]  # the consolidated copy
     'm'
     """
     zarr_format = metadata.zarr_format
+    if change is None:
+        change = (lambda stored: metadata.evolve(consolidated_metadata=getattr(stored, "consolidated_metadata", None))) \
+            if zarr_format == 3 and metadata.node_type == "group" else (lambda stored: metadata)  # fmt: skip
     keys = [] if _batching(store) else copy_keys(path, zarr_format, metadata.node_type == "group")
-    own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
-    keep_own = zarr_format == 3 and metadata.node_type == "group"
+    own = join_key(path, ZARR_JSON)
     with metadata_lock(store):
-        documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
-        stored_own = documents.pop(own, None)
+        if zarr_format == 3 and _conditional(store):
+            return _write_conditionally(store, path, metadata, change)
+        documents = store.get_many([*keys, own] if zarr_format == 3 else keys)
+        raw = documents.pop(own, None)
+        stored = parse_node_metadata(raw, own) if raw is not None else read_node(store, path, zarr_format=zarr_format)
+        metadata = change(metadata if stored is None else stored)
         _copies_first(store, [(path, metadata, zarr_format)], documents)
-        if keep_own and _conditional(store):
-            metadata = _write_group_conditionally(store, own, metadata)
-        else:
-            if keep_own:
-                metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(stored_own, own))
-            write_node(store, path, metadata)
+        write_node(store, path, metadata)
     return metadata
 
 
 def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
-    """Write the metadata of several existing nodes (arrays): their consolidated copies first, each
-    document rewritten once for all of them (also inside :func:`batched_updates`), then each node's
-    own documents -- so a reader of the copies sees every node changed, or none.
+    """Write the shapes (and the rest but the attributes) of several existing arrays: their
+    consolidated copies first, each document rewritten once for all of them (also inside
+    :func:`batched_updates`), then each array's own documents -- so a reader of the copies sees
+    every array changed, or none. The attributes stored now are kept.
 
     Examples
     --------
@@ -257,16 +267,39 @@ def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
     [(4,), (4,)]
     """
     with metadata_lock(store):
-        _copies_first(store, [(path, metadata, metadata.zarr_format) for path, metadata in nodes], None)
+        kept = []
         for path, metadata in nodes:
+            stored = read_node(store, path, zarr_format=metadata.zarr_format)
+            kept.append((path, metadata if stored is None else metadata.evolve(attributes=stored.attributes)))
+        _copies_first(store, [(path, metadata, metadata.zarr_format) for path, metadata in kept], None, now=True)
+        for path, metadata in kept:
             write_node(store, path, metadata)
 
 
-def _copies_first(store: Store, changes: list[Change], documents: Mapping[str, bytes | None] | None) -> None:
+def _write_conditionally(
+    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata]
+) -> NodeMetadata:
+    """:func:`write_metadata` on a store with conditional writes: the node's ``zarr.json`` is read
+    with its version, changed, its copies updated, and written only over that version; all again
+    when another writer came first."""
+    own = join_key(path, ZARR_JSON)
+    for attempt in range(ATTEMPTS):
+        raw, version = store.get_versioned(own)
+        updated = change(metadata if raw is None else parse_node_metadata(raw, own))
+        _copies_first(store, [(path, updated, 3)], None)
+        if store.set_if(own, updated.documents()[ZARR_JSON], version):
+            return updated
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+    raise StoreError(f"{own}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
+
+
+def _copies_first(
+    store: Store, changes: list[Change], documents: Mapping[str, bytes | None] | None, now: bool = False
+) -> None:
     """Update the consolidated copies of existing nodes before their own documents; a failure says
     that the nodes' own metadata is unchanged."""
     try:
-        update_copies(store, changes, documents, current=documents is not None, now=documents is None)
+        update_copies(store, changes, documents, current=documents is not None, now=now)
     except StoreError as error:
         nodes = ", ".join(repr("/" + path) for path, _, _ in changes)
         raise StoreError(
@@ -295,24 +328,6 @@ def _update_conditionally(store: Store, key: str, change: Callable[[bytes | None
             return
         time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))  # jittered backoff, then read again
     raise StoreError(f"{key}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
-
-
-def _write_group_conditionally(store: Store, own: str, metadata: NodeMetadata) -> NodeMetadata:
-    """A v3 group's ``zarr.json`` written over the version whose consolidated metadata it keeps."""
-    written = [metadata]
-
-    def change(raw: bytes | None) -> bytes:
-        written[0] = metadata.evolve(consolidated_metadata=_stored_consolidated(raw, own))
-        return written[0].documents()[ZARR_JSON]
-
-    _update_conditionally(store, own, change)
-    return written[0]
-
-
-def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | None:
-    if raw is None:
-        return None
-    return ConsolidatedMetadata.from_json(decode_json(raw, key).get("consolidated_metadata"))
 
 
 def update_copies(
