@@ -46,7 +46,21 @@ def append_dask(array: Array, x: Any, axis: int = 0, **to_zarr_kwargs: Any) -> t
 def commit_after(writes: list[Any], staged: list[Array]) -> Any:
     """A dask ``Delayed`` that stores the metadata of the ``staged`` arrays (:func:`commit`) once every
     one of the lazy ``writes`` (dask arrays, as ``zarrx.to_zarr(..., compute=False)`` returns, or
-    Delayeds) is done."""
+    Delayeds) is done.
+
+    Examples
+    --------
+    >>> import dask, dask.array as da, zarrx
+    >>> arr = zarrx.create_array({}, shape=(2,), chunks=(2,), dtype="int64", fill_value=0)
+    >>> grown, region = arr.staged_append((2,))
+    >>> finish = commit_after([zarrx.to_zarr(da.ones(2, chunks=2, dtype="int64"), grown, region=region,
+    ...                                      compute=False)], [grown])
+    >>> zarrx.open_array(arr.store).shape   # nothing shown before the writes ran
+    (2,)
+    >>> _ = dask.compute(finish)
+    >>> zarrx.open_array(arr.store)[:]
+    array([0, 0, 1, 1])
+    """
     parts = [
         part for write in writes
         for part in (write.to_delayed(optimize_graph=False).ravel().tolist() if hasattr(write, "to_delayed") else [write])
@@ -56,9 +70,21 @@ def commit_after(writes: list[Any], staged: list[Array]) -> Any:
 
 def commit(staged: list[Array]) -> None:
     """Store the metadata of the ``staged`` arrays: the consolidated copies first, rewritten once
-    for all (a reader of the copies sees every array grown, or none), then each ``zarr.json``."""
-    if staged:
-        write_many(staged[0].store, [(array.path, array.metadata) for array in staged])
+    for all (a reader of the copies sees every array grown, or none), then each ``zarr.json``.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> arrays = [zarrx.create_array({}, shape=(1,), dtype="int8") for _ in range(2)]
+    >>> commit([array.staged(2) for array in arrays])
+    >>> [zarrx.open_array(array.store).shape for array in arrays]
+    [(2,), (2,)]
+    """
+    by_store: dict[int, list[Array]] = {}
+    for array in staged:
+        by_store.setdefault(id(array.store), []).append(array)
+    for arrays in by_store.values():
+        write_many(arrays[0].store, [(array.path, array.metadata) for array in arrays])
 
 
 def _commit(staged: list[Array], written: list[Any]) -> None:

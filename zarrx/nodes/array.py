@@ -398,7 +398,14 @@ class Array(Node[ArrayMetadataLike]):
 
     def commit(self) -> None:
         """Store this array's metadata as it is in memory (a :meth:`staged` array's new shape): its
-        consolidated copies, then its ``zarr.json``."""
+        consolidated copies, then its ``zarr.json`` (the attributes stored now are kept).
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(1,), dtype="int8")
+        >>> arr.staged(3).commit()
+        >>> zarrx.open_array(arr.store).shape
+        (3,)
+        """
         self._write_metadata(self._metadata)
 
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
@@ -421,7 +428,14 @@ class Array(Node[ArrayMetadataLike]):
 
     def staged_append(self, shape: tuple[int, ...], axis: int = 0) -> tuple["Array", tuple[slice, ...]]:
         """The array grown to take data of ``shape`` appended along ``axis`` (in memory only, see
-        :meth:`staged`), and the region of the new part in it."""
+        :meth:`staged`), and the region of the new part in it.
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(2, 3), dtype="int8")
+        >>> grown, region = arr.staged_append((4, 3), axis=0)
+        >>> grown.shape, region
+        ((6, 3), (slice(2, None, None), slice(None, None, None)))
+        """
         if len(shape) != self.ndim:
             raise SelectionError(f"append needs data with {self.ndim} dimensions, found {len(shape)}")
         if not -self.ndim <= axis < self.ndim:
