@@ -288,3 +288,19 @@ def test_edits_keep_what_the_consolidated_document_holds_besides(store):
     assert after["extension_field"] == {"name": "other", "must_understand": False}
     assert after["consolidated_metadata"]["metadata"]["x"]["attributes"] == {"a": 1}
     assert after["consolidated_metadata"]["metadata"]["g/y"] == document["consolidated_metadata"]["metadata"]["g/y"]
+
+
+def test_a_shrink_shows_its_shape_in_every_copy_before_deleting_chunks_also_inside_a_batch(store):
+    build(store, 3)
+    seen = []
+
+    class Watching(WrapperStore):
+        def delete_many(self, keys):  # what a reader of the copy sees when the chunks go
+            seen.append((sorted(keys), zarrx.open_group(self.inner)["x"].shape, zarrx.open_array(self.inner, "x").shape))
+            super().delete_many(keys)
+
+    with batched_updates(store):
+        zarrx.open_array(Watching(store), "x", mode="r+").resize(1)
+    assert seen == [(["x/c/1"], (1,), (1,))]
+    assert zarrx.open_group(store)["x"][:].tolist() == [1]
+    assert_true(store)

@@ -74,9 +74,9 @@ class Array(Node[ArrayMetadataLike]):
         """The array's :class:`~zarrx.io.handle.ArrayHandle`: what reads, writes and dask tasks use."""
         return self._handle
 
-    def _write_metadata(self, metadata: ArrayMetadataLike, change: Any = None) -> None:
+    def _write_metadata(self, metadata: ArrayMetadataLike, change: Any = None, now: bool = False) -> None:
         # a shape change keeps the attributes stored now (another process may have set some)
-        super()._write_metadata(metadata, change or (lambda stored: metadata.evolve(attributes=stored.attributes)))
+        super()._write_metadata(metadata, change or (lambda stored: metadata.evolve(attributes=stored.attributes)), now)
         self._handle = self._handle.evolve(metadata=self._metadata)
 
     # -- description ------------------------------------------------------------------
@@ -334,7 +334,7 @@ class Array(Node[ArrayMetadataLike]):
             # cannot be decoded stops the resize with the array untouched.
             cut = [n < o or new_shape == old.shape for n, o in zip(new_shape, old.shape)]
             updates, deletes = self._clear_past_edge(new, cut)
-        self._write_metadata(new)
+        self._write_metadata(new, now=bool(updates or deletes))  # every copy shows the new shape before
         self._apply(updates, deletes, new_shape, shown=True)
 
     def _apply(self, updates: dict[str, bytes], deletes: list[str], new_shape: tuple[int, ...], shown: bool) -> None:

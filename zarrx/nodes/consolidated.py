@@ -66,7 +66,7 @@ from zarrx.storage.store import Store
 
 __all__ = [
     "write_metadata", "write_many", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
-    "metadata_lock", "batched_updates",
+    "metadata_lock", "batched_updates", "needs_conditional_writes", "ATTEMPTS",
 ]  # fmt: skip
 
 #: a change to one node: its path, its new metadata (None: it and everything below it were
@@ -211,7 +211,12 @@ def copy_keys(path: str, zarr_format: int, is_group: bool) -> list[str]:
 
 # -- writing ------------------------------------------------------------------------------------
 def write_metadata(
-    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata] | None = None
+    store: Store,
+    path: str,
+    metadata: NodeMetadata,
+    change: Callable[[NodeMetadata], NodeMetadata] | None = None,
+    *,
+    now: bool = False,
 ) -> NodeMetadata:
     """Write the documents of the existing node at ``path`` and update its consolidated copies;
     returns the metadata written.
@@ -236,16 +241,16 @@ def write_metadata(
     if change is None:
         change = (lambda stored: metadata.evolve(consolidated_metadata=getattr(stored, "consolidated_metadata", None))) \
             if zarr_format == 3 and metadata.node_type == "group" else (lambda stored: metadata)  # fmt: skip
-    keys = [] if _batching(store) else copy_keys(path, zarr_format, metadata.node_type == "group")
+    keys = [] if _batching(store) and not now else copy_keys(path, zarr_format, metadata.node_type == "group")
     own = join_key(path, ZARR_JSON)
     with metadata_lock(store):
-        if zarr_format == 3 and _conditional(store):
-            return _write_conditionally(store, path, metadata, change)
+        if zarr_format == 3 and needs_conditional_writes(store):
+            return _write_conditionally(store, path, metadata, change, now)
         documents = store.get_many([*keys, own] if zarr_format == 3 else keys)
         raw = documents.pop(own, None)
         stored = parse_node_metadata(raw, own) if raw is not None else read_node(store, path, zarr_format=zarr_format)
         metadata = change(metadata if stored is None else stored)
-        _copies_first(store, [(path, metadata, zarr_format)], documents)
+        _copies_first(store, [(path, metadata, zarr_format)], documents, now=now)
         write_node(store, path, metadata)
     return metadata
 
@@ -277,7 +282,7 @@ def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
 
 
 def _write_conditionally(
-    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata]
+    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata], now: bool
 ) -> NodeMetadata:
     """:func:`write_metadata` on a store with conditional writes: the node's ``zarr.json`` is read
     with its version, changed, its copies updated, and written only over that version; all again
@@ -286,7 +291,7 @@ def _write_conditionally(
     for attempt in range(ATTEMPTS):
         raw, version = store.get_versioned(own)
         updated = change(metadata if raw is None else parse_node_metadata(raw, own))
-        _copies_first(store, [(path, updated, 3)], None)
+        _copies_first(store, [(path, updated, 3)], None, now=now)
         if store.set_if(own, updated.documents()[ZARR_JSON], version):
             return updated
         time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
@@ -308,7 +313,7 @@ def _copies_first(
         ) from error
 
 
-def _conditional(store: Store) -> bool:
+def needs_conditional_writes(store: Store) -> bool:
     """Whether updates of shared documents of ``store`` need conditional writes: other processes
     may write them, and the store has no lock but conditional writes."""
     return store.conditional_writes and not store.locks_metadata and not store.process_local
@@ -359,7 +364,7 @@ def update_copies(
         missing = [key for key in keys if key not in found or key in stale]
         if missing:
             found.update(store.get_many(missing))
-        if _conditional(store):
+        if needs_conditional_writes(store):
             # the documents holding copies now, each rewritten only over the version it is read at
             for key in [key for key in keys if found.get(key) and _editable(found[key], key) is not None]:
                 _update_conditionally(store, key, lambda raw, key=key: _with_changes(raw, key, changes))

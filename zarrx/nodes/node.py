@@ -92,9 +92,9 @@ class Node(Generic[M]):
                 f"{self._kind} {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write"
             )
 
-    def _write_metadata(self, metadata: M, change: Callable[[M], M] | None = None) -> None:
+    def _write_metadata(self, metadata: M, change: Callable[[M], M] | None = None, now: bool = False) -> None:
         self._check_writable()
-        self._metadata = write_metadata(self._store, self._path, metadata, change)
+        self._metadata = write_metadata(self._store, self._path, metadata, change, now=now)
 
     def _get_attributes(self) -> dict[str, Any]:
         return self._metadata.attributes
