@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import time
 import uuid
 
@@ -119,8 +120,12 @@ def test_four_processes_creating_arrays_in_one_local_group_lose_none(pool, tmp_p
         _check_values(target, written)
         report = zarrx.verify(target)
         assert report.ok and not report.unknown, str(report)
-        # the lock file stays out of every listing, and out of the way of other readers
-        assert LOCK_NAME not in LocalStore(target).list_dir("") and (tmp_path / f"round{round_}.zarr" / LOCK_NAME).exists()
+        # the lock file stays out of every listing, and in place when the whole store is replaced
+        lock = tmp_path / f"round{round_}.zarr" / LOCK_NAME
+        assert LOCK_NAME not in LocalStore(target).list_dir("") and lock.exists()
+    identity = os.stat(lock).st_ino
+    zarrx.create_group(target, overwrite=True)
+    assert LocalStore(target).list_dir("") == ["zarr.json"] and os.stat(lock).st_ino == identity
 
 
 def test_four_processes_on_s3_with_conditional_writes_lose_none(pool):

@@ -282,7 +282,16 @@ class LocalStore(Store):
             self.delete_many(list(self.list_prefix(prefix)))
             return
         try:
-            self._folder.delete_folder(prefix[:-1])
+            if prefix:
+                self._folder.delete_folder(prefix[:-1])
+                return
+            # the whole store: every entry of the root but the metadata lock file, which another
+            # process may hold (a new file would let two processes lock at once)
+            for entry in self._folder.scan(""):
+                if entry.name == LOCK_NAME:
+                    continue
+                self._folder.delete_folder(entry.name)  # a folder (a link: the link)
+                self._folder.delete(entry.name)  # a file
         except OSError as error:
             raise self._error("delete", prefix, error) from error
 
