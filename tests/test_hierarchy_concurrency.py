@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
-import os
 import time
 import uuid
 
@@ -120,12 +119,8 @@ def test_four_processes_creating_arrays_in_one_local_group_lose_none(pool, tmp_p
         _check_values(target, written)
         report = zarrx.verify(target)
         assert report.ok and not report.unknown, str(report)
-        # the lock file stays out of every listing, and in place when the whole store is replaced
-        lock = tmp_path / f"round{round_}.zarr" / LOCK_NAME
-        assert LOCK_NAME not in LocalStore(target).list_dir("") and lock.exists()
-    identity = os.stat(lock).st_ino
-    zarrx.create_group(target, overwrite=True)
-    assert LocalStore(target).list_dir("") == ["zarr.json"] and os.stat(lock).st_ino == identity
+        # the lock is the root folder's: nothing added to the store
+        assert not (tmp_path / f"round{round_}.zarr" / LOCK_NAME).exists()
 
 
 def test_four_processes_on_s3_with_conditional_writes_lose_none(pool):
@@ -178,3 +173,19 @@ def test_verify_names_each_member_a_stale_consolidated_copy_misses(tmp_path):
     assert "late_a" in str(report) and "zarrx consolidate" in str(report)
     zarrx.consolidate_metadata(str(target))
     assert zarrx.verify(str(target)).ok
+
+
+def test_the_lock_file_of_file_systems_that_cannot_lock_folders_is_never_listed_nor_deleted(tmp_path):
+    # on NFS the lock is a file in the root folder: it must stay invisible, and stay put when the
+    # whole store is replaced (a new file would let two processes hold "the" lock at once)
+    target = tmp_path / "nfs-like.zarr"
+    zarrx.create_array(str(target), shape=(4,), chunks=(2,), dtype="int8")[:] = 1
+    lock = target / LOCK_NAME
+    lock.write_bytes(b"")
+    inode = lock.stat().st_ino
+    store = LocalStore(str(target))
+    assert LOCK_NAME not in store.list_dir("") and LOCK_NAME not in list(store.list_prefix(""))
+    assert zarrx.verify(str(target)).unknown == []
+    zarrx.create_group(str(target), overwrite=True)
+    assert store.list_dir("") == ["zarr.json"] and lock.stat().st_ino == inode
+    assert LocalStore(str(target / "sub")).list_dir("") == []  # only the root's lock file is hidden

@@ -10,9 +10,9 @@ Rules this store keeps:
   ``os.replace``, so a reader sees the old bytes or the new ones, never a torn
   file, and a crashed writer leaves the old value. Temporary files are never
   listed. (No ``fsync``: atomic for readers, not durable across a power cut.)
-* **Metadata updates across processes** run under an advisory lock on
-  ``<root>/.zarrx-metadata.lock`` (:meth:`LocalStore.lock_metadata`,
-  :mod:`zarrx.storage.metadata_updates`); the lock file is never listed.
+* **Metadata updates across processes** run under an advisory lock on the root folder
+  (:meth:`LocalStore.lock_metadata`, :mod:`zarrx.storage.metadata_updates`; where folders
+  cannot be locked, on ``<root>/.zarrx-metadata.lock``, which is never listed).
 * **Keys stay inside the root.** Every key and prefix goes through
   :func:`~zarrx.storage.paths.validate_key`; ``..`` or a leading ``/`` raise
   :class:`~zarrx.errors.InvalidPathError`. Every read, write and deletion is resolved
@@ -49,7 +49,7 @@ from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
-from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, file_lock
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, folder_lock
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 
@@ -129,10 +129,10 @@ class LocalStore(Store):
         return ("file", self.root)
 
     def lock_metadata(self) -> Any:
-        """An advisory lock on ``<root>/.zarrx-metadata.lock`` for the block's duration."""
+        """An advisory lock on the root folder for the block's duration (see :func:`folder_lock`)."""
         if self.read_only or not HAS_FILE_LOCKS:
             return contextlib.nullcontext()  # a read-only store updates no metadata
-        return file_lock(self._prefix + LOCK_NAME)
+        return folder_lock(self.root)
 
     def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
         validate_prefix(prefix)

@@ -9,9 +9,9 @@ are store abilities, see :mod:`zarrx.storage.store`):
 ``locks_metadata`` / ``lock_metadata()``
     a ``with`` block that no other process holding the same store's metadata lock runs at the
     same time. :class:`~zarrx.storage.local.LocalStore` takes an advisory lock
-    (``fcntl.flock``) on the file :data:`LOCK_NAME` in its root folder, which listings never
-    show; the lock is released when the block ends or the process dies, so a killed writer
-    leaves no lock behind.
+    (``fcntl.flock``) on its root folder (:func:`folder_lock`; on file systems that lock only
+    files, on the file :data:`LOCK_NAME` in it, which listings never show); the lock is
+    released when the block ends or the process dies, so a killed writer leaves no lock behind.
 ``conditional_writes`` / ``get_versioned(key)`` / ``set_if(key, value, version)``
     a read that returns the value with its version (S3's ETag) and a write that succeeds only
     while the value is still that version (``If-Match``; ``If-None-Match: *`` for a key read as
@@ -35,35 +35,45 @@ try:  # POSIX; Windows has no flock, and a LocalStore there offers no metadata l
 except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "file_lock", "HAS_FILE_LOCKS"]
+__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "folder_lock", "HAS_FILE_LOCKS"]
 
-#: the lock file a local store keeps in its root folder (never listed, never deleted)
+#: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"
 #: whether this platform has the advisory file locks a local store's metadata lock needs
 HAS_FILE_LOCKS = fcntl is not None
 
 
 @contextlib.contextmanager
-def file_lock(path: str) -> Iterator[None]:
-    """Hold an exclusive advisory lock (``flock``) on the file ``path`` (created if missing).
+def folder_lock(folder: str) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on the folder ``folder`` (created if missing).
 
-    ``flock`` locks belong to the open file, so the lock ends with the block or with the process:
-    a killed writer never leaves the hierarchy locked. (A lock file library such as ``filelock``
-    would add Windows support at the price of a dependency; zarrx uses the ten lines of the
-    standard library it needs.)
+    The lock is taken on the folder itself, so no file is added to the store. Where a folder
+    cannot be locked (NFS, where Linux emulates ``flock`` with byte-range locks that need a file
+    open for writing), the file :data:`LOCK_NAME` in it is locked instead -- every process on
+    that file system then does the same. ``flock`` locks belong to the open file, so the lock
+    ends with the block or with the process: a killed writer never leaves the hierarchy locked.
+    (A lock file library such as ``filelock`` would add Windows support at the price of a
+    dependency; zarrx uses the few lines of the standard library it needs.)
 
     Examples
     --------
-    >>> import tempfile, os
-    >>> with file_lock(os.path.join(tempfile.mkdtemp(), LOCK_NAME)):
+    >>> import tempfile
+    >>> with folder_lock(tempfile.mkdtemp()):
     ...     pass
     """
-    folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    os.makedirs(folder, exist_ok=True)
+    descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+    except OSError:  # a file system that locks only files opened for writing
+        os.close(descriptor)
+        descriptor = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(descriptor)
+            raise
+    try:
         yield
     finally:
         os.close(descriptor)  # releases the lock
