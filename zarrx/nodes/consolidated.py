@@ -26,9 +26,11 @@ deleting nodes):
    a resize) read the member's own documents; so a process killed in between leaves a writer
    looking at the older shape -- running the append again rewrites the same rows -- and never
    one past what a reader of the copy saw (which would append twice).
-3. **A group's own copy.** Writing a v3 group's attributes keeps the ``consolidated_metadata``
-   its ``zarr.json`` holds *now* (read in the same batch), not the one it was opened with, which
-   member writes may have updated since.
+3. **What is stored now.** A metadata write of an existing node is a read-modify-write of its
+   own documents as stored now (read in the same batch as the ancestors'): an attribute change
+   keeps the shape and a resize keeps the attributes another process may have written, and a v3
+   group keeps the ``consolidated_metadata`` its ``zarr.json`` holds now, not the one it was
+   opened with, which member writes may have updated since.
 
 Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
 A writer of many nodes wraps its writes in :func:`batched_updates`, which rewrites each
@@ -272,9 +274,14 @@ def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
     [(4,), (4,)]
     """
     with metadata_lock(store):
+        own = {path: join_key(path, ZARR_JSON) for path, metadata in nodes if metadata.zarr_format == 3}
+        documents = store.get_many(list(own.values()))  # one batch for v3 (thousands of variables)
         kept = []
         for path, metadata in nodes:
-            stored = read_node(store, path, zarr_format=metadata.zarr_format)
+            raw = documents.get(own.get(path, ""))
+            stored = parse_node_metadata(raw, own[path]) if raw is not None else read_node(
+                store, path, zarr_format=metadata.zarr_format
+            )  # fmt: skip
             kept.append((path, metadata if stored is None else metadata.evolve(attributes=stored.attributes)))
         _copies_first(store, [(path, metadata, metadata.zarr_format) for path, metadata in kept], None, now=True)
         for path, metadata in kept:
