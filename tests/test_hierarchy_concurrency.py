@@ -1,10 +1,12 @@
 """Many processes, one hierarchy: metadata updates from concurrent processes never lose each other.
 
 A pipeline of independent jobs: 4 processes each create and write 10 arrays in one consolidated
-group at once, 3 rounds. Every array must be visible through the group as opened (its
-consolidated metadata) and through its own ``zarr.json``:
+group at once, 3 rounds, setting an attribute of each; meanwhile one of them appends to a shared
+array whose attributes the others set, and each sets an attribute of the group. Every array must
+be visible through the group as opened (its consolidated metadata), and every value, append and
+attribute kept:
 
-* on a local folder, where updates run under the store's advisory file lock;
+* on a local folder, where updates run under an advisory lock on the store's root folder;
 * on moto's S3 server, which honours ``If-Match`` / ``If-None-Match`` on ``PutObject``, where
   each consolidated document is rewritten only over the version read (one round: S3 requests
   are slow);
