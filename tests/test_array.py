@@ -303,9 +303,15 @@ def test_resize_deletes_stale_chunks_beyond_the_grid():
     assert_same(array[...], np.array([1, 1, 1, 0, 0, 0, 0, 0], dtype="int8"))
 
 
-def test_growing_touches_no_chunk():
+def test_growing_rewrites_no_chunk_when_nothing_lies_past_the_edge():
+    # growing lists the chunks once (what an interrupted append left past the edge is cleared
+    # before the new shape shows it: tests/test_append_crash.py) and writes only the metadata
     class Watching(MemoryStore):
         touched = []
+
+        def set(self, key, value):
+            self.touched.append(key)
+            super().set(key, value)
 
         def set_many(self, items):
             self.touched.extend(items)
@@ -320,7 +326,8 @@ def test_growing_touches_no_chunk():
     array[...] = 1
     Watching.touched.clear()
     array.resize(7)
-    assert Watching.touched == []
+    listings = [item for item in Watching.touched if isinstance(item, tuple)]
+    assert len(listings) == 1 and [item for item in Watching.touched if item not in listings] == ["zarr.json"]
 
 
 def test_full_read_peak_memory_is_close_to_the_output(tmp_path):

@@ -247,8 +247,9 @@ def test_a_metadata_write_costs_one_batched_read_and_creation_none(store):
     metrics.reset()
     x.attrs["units"] = "m"
     summary = metrics.summary()
-    assert (summary["get_many"].calls, summary["get_many"].requests, summary["get"].calls) == (1, 3, 0)
-    assert summary.calls == 2  # the read of the three ancestors' zarr.json, the write of x's
+    assert (summary["get_many"].calls, summary["get_many"].requests, summary["get"].calls) == (1, 4, 0)
+    # one batch reading the three ancestors' zarr.json and x's own (the attributes stored now), the write of x's
+    assert summary.calls == 2
     metrics.reset()
     zarrx.create_array(metrics, "a/b/new", shape=(1,), dtype="int8")
     summary = metrics.summary()
@@ -257,16 +258,22 @@ def test_a_metadata_write_costs_one_batched_read_and_creation_none(store):
     assert (summary["get"].calls, summary["get_many"].calls, summary["set"].calls, summary["set_many"].calls) == (1, 2, 1, 0)
 
 
-def test_a_failed_update_of_the_consolidated_metadata_says_it_is_stale_and_how_to_fix_it(store):
+def test_a_failed_update_of_the_consolidated_metadata_changes_nothing_and_a_rerun_completes_it(store):
     build(store, 3)
     faulty = FaultyStore(store, fail_set=lambda key: key == "zarr.json")
-    with pytest.raises(StoreError, match=r"consolidated metadata of '/'.*stale until zarrx.consolidate_metadata"):
+    with pytest.raises(StoreError, match=r"'/x' was not changed.*consolidated metadata of '/' could not be updated"):
         zarrx.open_array(faulty, "x", mode="r+").append(np.array([5], dtype="int16"))
-    assert zarrx.open_array(store, "x").shape == (5,)  # the array's own document was written
-    report = zarrx.verify(store)
-    assert not report.ok and [(p.key, p.node) for p in report.stale_consolidated] == [("zarr.json", "/x")]
-    assert "shape: [5] in its zarr.json, [4] in the consolidated metadata" in str(report)
-    zarrx.consolidate_metadata(store)
+    # the copies are written before the array's own document: neither shows the append
+    assert zarrx.open_array(store, "x").shape == zarrx.open_group(store)["x"].shape == (4,)
+    report = zarrx.verify(store)  # only the new chunk is there, past the shape: an unfinished append
+    assert not report.ok and report.stale_consolidated == [] and [p.key for p in report.past_edge] == ["x/c/2"]
+    # an attribute of a group whose own copy fails: nothing changed, nothing stale
+    with pytest.raises(StoreError, match=r"'/g' was not changed"):
+        zarrx.open_group(faulty, "g", mode="r+").attrs["a"] = 1
+    assert "a" not in zarrx.open_group(store, "g").attrs and zarrx.verify(store).stale_consolidated == []
+    # running the append again completes it
+    zarrx.open_array(store, "x", mode="r+").append(np.array([5], dtype="int16"))
+    assert zarrx.open_array(store, "x").shape == zarrx.open_group(store)["x"].shape == (5,)
     assert_true(store)
 
 
@@ -281,3 +288,19 @@ def test_edits_keep_what_the_consolidated_document_holds_besides(store):
     assert after["extension_field"] == {"name": "other", "must_understand": False}
     assert after["consolidated_metadata"]["metadata"]["x"]["attributes"] == {"a": 1}
     assert after["consolidated_metadata"]["metadata"]["g/y"] == document["consolidated_metadata"]["metadata"]["g/y"]
+
+
+def test_a_shrink_shows_its_shape_in_every_copy_before_deleting_chunks_also_inside_a_batch(store):
+    build(store, 3)
+    seen = []
+
+    class Watching(WrapperStore):
+        def delete_many(self, keys):  # what a reader of the copy sees when the chunks go
+            seen.append((sorted(keys), zarrx.open_group(self.inner)["x"].shape, zarrx.open_array(self.inner, "x").shape))
+            super().delete_many(keys)
+
+    with batched_updates(store):
+        zarrx.open_array(Watching(store), "x", mode="r+").resize(1)
+    assert seen == [(["x/c/1"], (1,), (1,))]
+    assert zarrx.open_group(store)["x"][:].tolist() == [1]
+    assert_true(store)

@@ -82,7 +82,12 @@ def _provided_by(module: str, name: str) -> Any:
     return convenience
 
 
+def _append_dask(array: Any, x: Any, axis: int = 0) -> tuple[int, ...]:
+    return importlib.import_module("zarrx.dask.append").append_dask(array, x, axis)
+
+
 conveniences.provide("to_dask", _to_dask)
+conveniences.provide("append_dask", _append_dask)
 conveniences.provide("explain", _provided_by("zarrx.tools.explain", "explain"))
 conveniences.provide("node_text", _provided_by("zarrx.tools.display", "node_text"))
 conveniences.provide("node_html", _provided_by("zarrx.tools.display", "node_html"))

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError
+from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError, StoreError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
 from zarrx.metadata.v2 import ZMETADATA, ConsolidatedMetadataV2
 from zarrx.nodes.array import Array
-from zarrx.nodes.consolidated import metadata_lock
+from zarrx.nodes.consolidated import ATTEMPTS, metadata_lock, needs_conditional_writes
 from zarrx.nodes.create import WRITE_FORMATS, check_format, new_array, new_group_metadata
 from zarrx.nodes.group import Group
 from zarrx.nodes.hierarchy import ZARR_JSON, node_keys, read_node
@@ -281,22 +281,33 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     """
     zstore = make_store(store, mode="r+", storage_options=storage_options)
     path = normalize_path(path, allow_reserved=True)
-    with metadata_lock(zstore):  # no metadata write of this process between the reads and the write
-        group = open_group(zstore, path, mode="r+")
-        group._check_writable()
-        members = dict(group.members(max_depth=None))
-        if group.metadata.zarr_format == 2:
-            _consolidate_v2(zstore, path, group, members)
-            return open_group(zstore, path, mode="r")
-        documents = {}
-        for name, node in members.items():
-            if node.metadata.zarr_format != 3:
-                continue  # v3 consolidated metadata holds v3 documents only
-            document = node.metadata.to_json()
-            document.pop("consolidated_metadata", None)
-            documents[name] = document
-        metadata = group.metadata.evolve(consolidated_metadata=ConsolidatedMetadata(documents))
-        zstore.set(join_key(path, ZARR_JSON), metadata.to_bytes())
+    key = join_key(path, ZARR_JSON)
+    with metadata_lock(zstore):  # no metadata write of another writer between the reads and the write
+        # on a store with conditional writes instead of a lock, written over the version read before
+        # the members were listed: a member added meanwhile makes the write fail, and it is redone
+        for _ in range(ATTEMPTS):
+            version = zstore.get_versioned(key)[1] if needs_conditional_writes(zstore) else None
+            group = open_group(zstore, path, mode="r+")
+            group._check_writable()
+            members = dict(group.members(max_depth=None))
+            if group.metadata.zarr_format == 2:
+                _consolidate_v2(zstore, path, group, members)
+                return open_group(zstore, path, mode="r")
+            documents = {}
+            for name, node in members.items():
+                if node.metadata.zarr_format != 3:
+                    continue  # v3 consolidated metadata holds v3 documents only
+                document = node.metadata.to_json()
+                document.pop("consolidated_metadata", None)
+                documents[name] = document
+            metadata = group.metadata.evolve(consolidated_metadata=ConsolidatedMetadata(documents))
+            if not needs_conditional_writes(zstore):
+                zstore.set(key, metadata.to_bytes())
+                break
+            if zstore.set_if(key, metadata.to_bytes(), version):
+                break
+        else:
+            raise StoreError(f"{key}: other writers changed it at each of {ATTEMPTS} attempts to consolidate; try again")
     return open_group(zstore, path, mode="r")
 
 

@@ -11,7 +11,6 @@ and write is planned and run by :mod:`zarrx.io` on the array's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -26,8 +25,8 @@ from zarrx.io.write import trim_past_edge, write_from
 from zarrx.metadata.chunk_grid import parse_shape
 from zarrx.metadata.protocol import ArrayMetadataLike
 from zarrx.nodes import conveniences
+from zarrx.nodes.array_info import ArrayInfo
 from zarrx.nodes.node import Node
-from zarrx.sizes import human_bytes
 from zarrx.storage.store import Store
 
 __all__ = ["Array", "ArrayInfo"]
@@ -75,8 +74,9 @@ class Array(Node[ArrayMetadataLike]):
         """The array's :class:`~zarrx.io.handle.ArrayHandle`: what reads, writes and dask tasks use."""
         return self._handle
 
-    def _write_metadata(self, metadata: ArrayMetadataLike) -> None:
-        super()._write_metadata(metadata)
+    def _write_metadata(self, metadata: ArrayMetadataLike, change: Any = None, now: bool = False) -> None:
+        # a shape change keeps the attributes stored now (another process may have set some)
+        super()._write_metadata(metadata, change or (lambda stored: metadata.evolve(attributes=stored.attributes)), now)
         self._handle = self._handle.evolve(metadata=self._metadata)
 
     # -- description ------------------------------------------------------------------
@@ -282,10 +282,26 @@ class Array(Node[ArrayMetadataLike]):
         boundary chunk past the new edge is reset to the fill value, so growing the array later
         shows fill values there, never stale data.
 
-        The trimmed chunks are prepared first (a chunk that cannot be decoded stops the resize with
-        nothing changed), then the new shape is written, then the chunks: a failed metadata write
-        leaves the array as it was, shape and data. If the clean-up fails, the error says so: the
-        array has its new shape, and calling ``resize`` with that shape again finishes the job.
+        The order keeps every reader's view whole -- the old array or the resized one, never a
+        mix -- when the process is killed at any point:
+
+        * **Growing**, what lies past the old edge (stored chunks there, and the part of boundary
+          chunks past it, left by an append that was interrupted) is cleared first, while no
+          reader sees it, and then the new shape is written (the consolidated copies, then
+          ``zarr.json``: see :mod:`zarrx.nodes.consolidated`).
+        * **Shrinking**, the trimmed chunks are prepared first (a chunk that cannot be decoded
+          stops the resize with nothing changed), then the new shape is written, consolidated
+          copies included, and only then are chunks trimmed and deleted: a failed metadata write
+          leaves the array as it was, shape and data. If the clean-up fails, the error says so:
+          the array has its new shape, and calling ``resize`` with that shape again finishes the
+          job.
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(6,), chunks=(4,), dtype="int8", fill_value=0)
+        >>> arr[:] = 5
+        >>> arr.resize(3); arr.resize(6)
+        >>> arr[:]
+        array([5, 5, 5, 0, 0, 0], dtype=int8)
         """
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
@@ -295,38 +311,49 @@ class Array(Node[ArrayMetadataLike]):
         # a rectilinear grid too short for the new shape repeats its last edges
         self._resize(new_shape, self._metadata.chunk_grid.resized(new_shape))
 
+    def _resized_metadata(self, new_shape: tuple[int, ...], grid: Any) -> ArrayMetadataLike:
+        old = self._metadata
+        return old.evolve(shape=new_shape) if grid.is_regular else old.evolve(shape=new_shape, chunk_grid=grid)
+
     def _resize(self, new_shape: tuple[int, ...], grid: Any) -> None:
         self._check_writable()
         old = self._metadata
-        new = old.evolve(shape=new_shape) if grid.is_regular else old.evolve(shape=new_shape, chunk_grid=grid)
-        updates: dict[str, bytes] = {}
-        deletes: list[str] = []
+        new = self._resized_metadata(new_shape, grid)
+        grows = [n > o for n, o in zip(new_shape, old.shape)]
+        if any(grows):
+            # nothing is shown past the old edge yet: clear what an interrupted append left there
+            updates, deletes = self._clear_past_edge(old, grows)
+            unchanged = {key for key, raw in self._store.get_many(list(updates)).items() if raw == updates[key]}
+            self._apply({key: raw for key, raw in updates.items() if key not in unchanged}, deletes, new_shape, shown=False)
+        updates, deletes = {}, []
         if new_shape == old.shape or any(n < o for n, o in zip(new_shape, old.shape)):
             # Shrinking (or a repeated resize, to finish a clean-up that failed): look only at chunks
             # that exist (one listing, not the whole grid). Chunks starting past the new edge go --
             # including stale ones beyond the old grid that another writer left -- and chunks cut
-            # by a shrinking edge are trimmed. Growing alone touches no chunk, so append stays cheap.
-            # The trimmed chunks are made before anything is written: a chunk that cannot be
-            # decoded stops the resize with the array untouched.
-            updates, deletes = self._clear_past_edge(new, old.shape)
-        self._write_metadata(new)
+            # by a shrinking edge are trimmed. They are made before anything is written: a chunk that
+            # cannot be decoded stops the resize with the array untouched.
+            cut = [n < o or new_shape == old.shape for n, o in zip(new_shape, old.shape)]
+            updates, deletes = self._clear_past_edge(new, cut)
+        self._write_metadata(new, now=bool(updates or deletes))  # every copy shows the new shape before
+        self._apply(updates, deletes, new_shape, shown=True)
+
+    def _apply(self, updates: dict[str, bytes], deletes: list[str], new_shape: tuple[int, ...], shown: bool) -> None:
         try:
             if updates:
                 self._store.set_many(updates)
             if deletes:
                 self._store.delete_many(deletes)
         except ZarrxError as error:
+            state = "resized to" if shown else "not resized yet to"
             raise type(error)(
-                f"{self._path or '/'}: resized to {list(new_shape)}, but clearing the chunks past the new "
+                f"{self._path or '/'}: {state} {list(new_shape)}, but clearing the chunks past the "
                 f"edge failed; call resize({list(new_shape)}) again to finish ({error})"
             ) from error
 
-    def _clear_past_edge(self, new: ArrayMetadataLike, old_shape: tuple[int, ...]) -> tuple[dict[str, bytes], list[str]]:
+    def _clear_past_edge(self, new: ArrayMetadataLike, cut: list[bool]) -> tuple[dict[str, bytes], list[str]]:
         """The chunks to rewrite (trimmed) and to delete so that nothing is stored past ``new``'s
-        edge: chunks cut by the edge along the dimensions that shrank -- or along every dimension
-        when the shape did not change (a repeated resize) -- and chunks wholly past it."""
+        edge: chunks cut by the edge along the dimensions ``cut`` says, and chunks wholly past it."""
         grid, new_shape = new.chunk_grid, new.shape
-        cut = [n < o or new_shape == old_shape for n, o in zip(new_shape, old_shape)]
         deletes, to_trim = [], []
         for key, coords in self._stored_chunks():
             starts = grid.chunk_starts(coords)  # None: a chunk past the grid's declared edges
@@ -340,28 +367,92 @@ class Array(Node[ArrayMetadataLike]):
         updates, fill_deletes = trim_past_edge(self._handle.evolve(metadata=new), to_trim)
         return updates, deletes + fill_deletes
 
+    def staged(self, *shape: Any) -> "Array":
+        """This array grown to ``shape`` in memory only: write the new part through it, then
+        :meth:`commit` it -- new chunks before the metadata that shows them, so an interrupted
+        append is never seen (readers see the old shape until the commit).
+
+        Every element of the new part must be written (as :meth:`append` does): what was stored
+        past the old edge before is not cleared.
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(2,), chunks=(2,), dtype="int8", fill_value=0)
+        >>> grown = arr.staged(4)
+        >>> grown[2:] = [7, 8]
+        >>> zarrx.open_array(arr.store).shape     # not shown yet
+        (2,)
+        >>> grown.commit()
+        >>> zarrx.open_array(arr.store)[:]
+        array([0, 0, 7, 8], dtype=int8)
+        """
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        new_shape = parse_shape(list(shape), "shape")
+        if len(new_shape) != self.ndim or any(n < o for n, o in zip(new_shape, self.shape)):
+            raise MetadataError(f"shape: a staged array grows, keeping {self.ndim} dimensions; found {new_shape} for {self.shape}")
+        return self._staged(self._resized_metadata(new_shape, self._metadata.chunk_grid.resized(new_shape)))
+
+    def _staged(self, metadata: ArrayMetadataLike) -> "Array":
+        self._check_writable()
+        return Array(self._store, self._path, metadata, write_empty_chunks=self.write_empty_chunks)
+
+    def commit(self) -> None:
+        """Store this array's metadata as it is in memory (a :meth:`staged` array's new shape): its
+        consolidated copies, then its ``zarr.json`` (the attributes stored now are kept).
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(1,), dtype="int8")
+        >>> arr.staged(3).commit()
+        >>> zarrx.open_array(arr.store).shape
+        (3,)
+        """
+        self._write_metadata(self._metadata)
+
     def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
-        """Grow along ``axis`` and write ``data`` into the new part; returns the new shape."""
+        """Grow along ``axis`` and write ``data`` into the new part; returns the new shape.
+
+        The new chunks are written first, through the grown metadata held in memory, and the new
+        shape is stored last (the consolidated copies, then ``zarr.json``): a process killed on
+        the way leaves the old array as it was (or, killed between the two, the copies already
+        grown), and running the append again on the array as its ``zarr.json`` says completes
+        it. A dask array is written block by block in parallel (``zarrx.dask``), in the same order.
+        """
+        if hasattr(data, "__dask_graph__"):  # the dask collection protocol: written in parallel
+            return conveniences.call("append_dask", self, data, axis)
         data = np.asarray(data, dtype=self.dtype) if not isinstance(data, np.ndarray) else data
-        if data.ndim != self.ndim:
-            raise SelectionError(f"append needs data with {self.ndim} dimensions, found {data.ndim}")
+        staged, region = self.staged_append(data.shape, axis)
+        staged[region] = data
+        staged.commit()
+        self._metadata, self._handle = staged._metadata, self._handle.evolve(metadata=staged._metadata)
+        return staged.shape
+
+    def staged_append(self, shape: tuple[int, ...], axis: int = 0) -> tuple["Array", tuple[slice, ...]]:
+        """The array grown to take data of ``shape`` appended along ``axis`` (in memory only, see
+        :meth:`staged`), and the region of the new part in it.
+
+        >>> import zarrx
+        >>> arr = zarrx.create_array({}, shape=(2, 3), dtype="int8")
+        >>> grown, region = arr.staged_append((4, 3), axis=0)
+        >>> grown.shape, region
+        ((6, 3), (slice(2, None, None), slice(None, None, None)))
+        """
+        if len(shape) != self.ndim:
+            raise SelectionError(f"append needs data with {self.ndim} dimensions, found {len(shape)}")
         if not -self.ndim <= axis < self.ndim:
             raise SelectionError(f"axis {axis} is out of range for an array of {self.ndim} dimensions")
         axis %= self.ndim
-        for dim, (have, new) in enumerate(zip(self.shape, data.shape)):
+        for dim, (have, new) in enumerate(zip(self.shape, shape)):
             if dim != axis and have != new:
                 raise SelectionError(
                     f"append along axis {axis} needs data shape {self.shape[:axis]}+(n,)+{self.shape[axis + 1:]}, "
-                    f"found {data.shape}"
+                    f"found {tuple(shape)}"
                 )
         old_length = self.shape[axis]
-        new_shape = tuple(s + data.shape[axis] if d == axis else s for d, s in enumerate(self.shape))
+        new_shape = tuple(s + shape[axis] if d == axis else s for d, s in enumerate(self.shape))
         # on a rectilinear grid whose edges end at the array's end, the data becomes one new chunk
-        grid = self._metadata.chunk_grid.with_appended(axis, old_length, data.shape[axis])
-        self._resize(new_shape, grid.resized(new_shape))
+        grid = self._metadata.chunk_grid.with_appended(axis, old_length, shape[axis])
         region = tuple(slice(old_length, None) if d == axis else slice(None) for d in range(self.ndim))
-        self[region] = data
-        return new_shape
+        return self._staged(self._resized_metadata(new_shape, grid.resized(new_shape))), region
 
 
 class _OIndex:
@@ -384,72 +475,3 @@ class _VIndex:
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         self._array.set_coordinate_selection(selection, value)
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    name: str
-    store: str
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: str
-    data_type: Any
-    fill_value: Any
-    codecs: list[Any]
-    dimension_names: Any
-    read_only: bool
-    nbytes: int
-    nchunks: int
-    nbytes_stored: int | None = None
-    nchunks_initialized: int | None = None
-    shards: tuple[int, ...] | None = None
-
-    @classmethod
-    def from_array(cls, array: Array, *, complete: bool) -> "ArrayInfo":
-        return cls(
-            name=array.name,
-            store=repr(array.store),
-            shape=array.shape,
-            chunks=array.chunks,
-            dtype=str(array.dtype),
-            data_type=array.metadata.data_type.to_json(),
-            fill_value=None if array.fill_value is None else array.metadata.data_type.fill_value_to_json(array.fill_value),
-            codecs=array.metadata.codecs.to_json(),
-            dimension_names=array.dimension_names,
-            read_only=array.read_only,
-            nbytes=array.nbytes,
-            nchunks=array.nchunks,
-            nbytes_stored=array.nbytes_stored if complete else None,
-            nchunks_initialized=array.nchunks_initialized if complete else None,
-            shards=array.shards,
-        )
-
-    def __str__(self) -> str:
-        rows = [
-            ("Type", "zarrx.Array"),
-            ("Name", self.name),
-            ("Store", self.store),
-            ("Shape", self.shape),
-            ("Chunk shape", self.chunks),
-            *([("Shard shape", self.shards)] if self.shards is not None else []),
-            ("Data type", f"{self.data_type} ({self.dtype})"),
-            ("Fill value", self.fill_value),
-            ("Codecs", self.codecs),
-            ("Dimension names", self.dimension_names),
-            ("Read-only", self.read_only),
-            ("No. bytes", f"{self.nbytes} ({human_bytes(self.nbytes)})"),
-            ("Shards" if self.shards is not None else "Chunks", self.nchunks),  # the objects stored
-        ]
-        if self.nbytes_stored is not None:
-            ratio = f"{self.nbytes / self.nbytes_stored:.1f}" if self.nbytes_stored else "-"
-            rows += [
-                ("No. bytes stored", f"{self.nbytes_stored} ({human_bytes(self.nbytes_stored)})"),
-                ("Storage ratio", ratio),
-                ("Shards initialized" if self.shards is not None else "Chunks initialized",
-                 f"{self.nchunks_initialized}/{self.nchunks}"),
-            ]
-        width = max(len(label) for label, _ in rows)
-        return "\n".join(f"{label:<{width}} : {value}" for label, value in rows)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))

@@ -3,20 +3,21 @@
 :class:`Attributes` is a ``MutableMapping`` view of the node's ``attributes``
 member. Every change rewrites the node's ``zarr.json`` at once (``update`` makes
 one write for many keys), so ``node.attrs["units"] = "K"`` is saved when the
-statement ends.
+statement ends. A change applies to the attributes stored at that moment (read again
+under the hierarchy's metadata lock), so processes setting different keys keep each other's.
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 __all__ = ["Attributes"]
 
 
 class _Node(Protocol):
     def _get_attributes(self) -> dict[str, Any]: ...
-    def _set_attributes(self, attributes: dict[str, Any]) -> None: ...
+    def _change_attributes(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None: ...
 
 
 class Attributes(MutableMapping):
@@ -30,9 +31,9 @@ class Attributes(MutableMapping):
         self.update({key: value})
 
     def __delitem__(self, key: str) -> None:
-        attributes = dict(self._node._get_attributes())
-        del attributes[key]
-        self._node._set_attributes(attributes)
+        if key not in self._node._get_attributes():
+            raise KeyError(key)
+        self._node._change_attributes(lambda stored: {name: value for name, value in stored.items() if name != key})
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._node._get_attributes())
@@ -41,13 +42,13 @@ class Attributes(MutableMapping):
         return len(self._node._get_attributes())
 
     def update(self, other: Mapping[str, Any] = (), /, **kwargs: Any) -> None:  # type: ignore[override]
-        attributes = dict(self._node._get_attributes())
-        attributes.update(other, **kwargs)
-        self._node._set_attributes(attributes)
+        changes = dict(other, **kwargs)
+        self._node._change_attributes(lambda stored: {**stored, **changes})
 
     def put(self, attributes: Mapping[str, Any]) -> None:
         """Replace all attributes in one write."""
-        self._node._set_attributes(dict(attributes))
+        replacement = dict(attributes)
+        self._node._change_attributes(lambda stored: replacement)
 
     def asdict(self) -> dict[str, Any]:
         return dict(self._node._get_attributes())

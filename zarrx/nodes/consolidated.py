@@ -17,42 +17,58 @@ deleting nodes):
    the groups to add above it), so creation costs no extra request. Chunk writes never touch
    metadata and cost nothing; a hierarchy without consolidated metadata pays one batched read
    of small documents per metadata write.
-2. **Order.** The member's own documents are written first, then each consolidated document
+2. **Order.** A new node's own documents are written first, then each consolidated document
    that holds a copy, rewritten whole (one atomic ``set`` each) with the copy replaced, added or
    removed and everything else kept as it was. A failure of that second step is a
-   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it.
-3. **A group's own copy.** Writing a v3 group's attributes keeps the ``consolidated_metadata``
-   its ``zarr.json`` holds *now* (read in the same batch), not the one it was opened with, which
-   member writes may have updated since.
+   :class:`~zarrx.errors.StoreError` saying which document is stale and how to refresh it. An
+   existing node's copies are written *before* its own documents (:func:`write_metadata`,
+   :func:`write_many`): a copy may run ahead of the member, never behind it. Writers (an append,
+   a resize) read the member's own documents; so a process killed in between leaves a writer
+   looking at the older shape -- running the append again rewrites the same rows -- and never
+   one past what a reader of the copy saw (which would append twice).
+3. **What is stored now.** A metadata write of an existing node is a read-modify-write of its
+   own documents as stored now (read in the same batch as the ancestors'): an attribute change
+   keeps the shape and a resize keeps the attributes another process may have written, and a v3
+   group keeps the ``consolidated_metadata`` its ``zarr.json`` holds now, not the one it was
+   opened with, which member writes may have updated since.
 
 Consolidated documents are JSON edited in place: unknown fields and other writers' entries stay.
-Within a process the metadata writes of one store are serialized (:func:`metadata_lock`), so
-threads appending to different arrays lose no update. A writer of many nodes wraps its writes in
-:func:`batched_updates`, which rewrites each consolidated document once at the end instead of once
-per node (the xarray writer does). Zarr has no locks across processes: two
-processes changing metadata of one hierarchy at the same moment can each rewrite a consolidated
-document from the version before the other's change, leaving it stale.
-:func:`disagreements` finds such copies (``zarrx verify`` reports them) and
-:func:`zarrx.consolidate_metadata` rewrites them.
+A writer of many nodes wraps its writes in :func:`batched_updates`, which rewrites each
+consolidated document once at the end instead of once per node (the xarray writer does).
+
+**Other writers.** Every metadata update (creating or deleting a node, attributes, ``resize`` and
+``append``, the consolidated copies, :func:`zarrx.consolidate_metadata`) is a read-modify-write of
+shared documents, so it runs under :func:`metadata_lock`: within a process a lock per store, and
+across processes the store's own lock where it offers one (``locks_metadata``: an advisory file
+lock on a local folder, :mod:`zarrx.storage.metadata_updates`). A store offering conditional
+writes instead (``conditional_writes``: S3's ETag preconditions) has each consolidated document
+rewritten only over the version it was read at, read again and retried when another process
+wrote it first. On a store offering neither, two processes changing metadata of one hierarchy at
+the same moment can each rewrite a consolidated document from the version before the other's
+change, leaving it stale: :func:`disagreements` finds such copies (``zarrx verify`` names every
+member a copy misses) and :func:`zarrx.consolidate_metadata` rewrites them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from zarrx.errors import MetadataError, StoreError
-from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
+from zarrx.metadata.node import decode_json, encode_json, parse_node_metadata
 from zarrx.metadata.protocol import NodeMetadata
-from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMetadataV2
-from zarrx.nodes.hierarchy import FORMATS, ZARR_JSON, write_node
+from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA
+from zarrx.nodes.consolidated_check import disagreements, find_stale, parse_copies
+from zarrx.nodes.hierarchy import ZARR_JSON, read_node, write_node
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
 __all__ = [
-    "write_metadata", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
-    "metadata_lock", "batched_updates",
+    "write_metadata", "write_many", "update_copies", "copy_keys", "find_stale", "disagreements", "parse_copies", "Change",
+    "metadata_lock", "batched_updates", "needs_conditional_writes", "ATTEMPTS",
 ]  # fmt: skip
 
 #: a change to one node: its path, its new metadata (None: it and everything below it were
@@ -75,10 +91,39 @@ def _store_key(store: Store) -> Any:
     return store.location
 
 
-def metadata_lock(store: Store) -> threading.RLock:
-    """The lock that serializes, within this process, the metadata writes of ``store``'s hierarchy
-    (a read-modify-write of a consolidated document must not interleave with another)."""
-    return _LOCKS[hash(_store_key(store)) % len(_LOCKS)]
+#: how deep this process is inside metadata_lock, by _store_key (changed only under the lock)
+_DEPTH: dict[Any, int] = {}
+
+
+@contextlib.contextmanager
+def metadata_lock(store: Store) -> Iterator[None]:
+    """A ``with`` block serializing the metadata updates of ``store``'s hierarchy: against the other
+    threads of this process, and against other processes where the store has a lock
+    (``store.locks_metadata``). Re-entrant: an update inside another takes the store's lock once.
+
+    Examples
+    --------
+    >>> from zarrx.storage import MemoryStore
+    >>> store = MemoryStore()
+    >>> with metadata_lock(store):
+    ...     with metadata_lock(store):  # nested blocks wait for nothing
+    ...         store.set("zarr.json", b"{}")
+    """
+    key = _store_key(store)
+    with _LOCKS[hash(key) % len(_LOCKS)]:
+        depth = _DEPTH.get(key, 0)
+        _DEPTH[key] = depth + 1
+        try:
+            if depth:
+                yield
+            else:
+                with store.lock_metadata():
+                    yield
+        finally:
+            if depth:
+                _DEPTH[key] = depth
+            else:
+                del _DEPTH[key]
 
 
 #: the changes recorded for each store inside :func:`batched_updates`, by _store_key
@@ -167,9 +212,22 @@ def copy_keys(path: str, zarr_format: int, is_group: bool) -> list[str]:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetadata:
+def write_metadata(
+    store: Store,
+    path: str,
+    metadata: NodeMetadata,
+    change: Callable[[NodeMetadata], NodeMetadata] | None = None,
+    *,
+    now: bool = False,
+) -> NodeMetadata:
     """Write the documents of the existing node at ``path`` and update its consolidated copies;
-    returns the metadata written (a v3 group's ``consolidated_metadata`` as stored now).
+    returns the metadata written.
+
+    ``change`` makes the write a read-modify-write of what is stored *now*, under
+    :func:`metadata_lock` (or as a conditional write): given the node's metadata as stored, it
+    returns what to write -- so an attribute set keeps the shape another process stored meanwhile,
+    and a resize keeps its attributes. Without it ``metadata`` is written as it is (a v3 group
+    keeping the ``consolidated_metadata`` stored now).
 
     Examples
     --------
@@ -177,27 +235,111 @@ def write_metadata(store: Store, path: str, metadata: NodeMetadata) -> NodeMetad
     >>> root = zarrx.create_group({})
     >>> x = root.create_array("x", shape=(2,), dtype="int8")
     >>> _ = zarrx.consolidate_metadata(root.store)
-    >>> _ = write_metadata(root.store, "x", x.metadata.evolve(attributes={"units": "m"}))
+    >>> _ = write_metadata(root.store, "x", x.metadata, lambda stored: stored.evolve(attributes={"units": "m"}))
     >>> zarrx.open_group(root.store)["x"].attrs["units"]  # the consolidated copy
     'm'
     """
     zarr_format = metadata.zarr_format
-    keys = [] if _batching(store) else copy_keys(path, zarr_format, metadata.node_type == "group")
-    own = join_key(path, ZARR_JSON)  # a v3 group's own consolidated metadata, as stored now
-    keep_own = zarr_format == 3 and metadata.node_type == "group"
+    if change is None:
+        change = (lambda stored: metadata.evolve(consolidated_metadata=getattr(stored, "consolidated_metadata", None))) \
+            if zarr_format == 3 and metadata.node_type == "group" else (lambda stored: metadata)  # fmt: skip
+    keys = [] if _batching(store) and not now else copy_keys(path, zarr_format, metadata.node_type == "group")
+    own = join_key(path, ZARR_JSON)
     with metadata_lock(store):
-        documents = store.get_many([*keys, own] if keep_own else keys) if keys or keep_own else {}
-        if keep_own:
-            metadata = metadata.evolve(consolidated_metadata=_stored_consolidated(documents.pop(own, None), own))
+        if zarr_format == 3 and needs_conditional_writes(store):
+            return _write_conditionally(store, path, metadata, change, now)
+        documents = store.get_many([*keys, own] if zarr_format == 3 else keys)
+        raw = documents.pop(own, None)
+        stored = parse_node_metadata(raw, own) if raw is not None else read_node(store, path, zarr_format=zarr_format)
+        metadata = change(metadata if stored is None else stored)
+        _copies_first(store, [(path, metadata, zarr_format)], documents, now=now)
         write_node(store, path, metadata)
-        update_copies(store, [(path, metadata, zarr_format)], documents, current=True)
     return metadata
 
 
-def _stored_consolidated(raw: bytes | None, key: str) -> ConsolidatedMetadata | None:
-    if raw is None:
-        return None
-    return ConsolidatedMetadata.from_json(decode_json(raw, key).get("consolidated_metadata"))
+def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:
+    """Write the shapes (and the rest but the attributes) of several existing arrays: their
+    consolidated copies first, each document rewritten once for all of them (also inside
+    :func:`batched_updates`), then each array's own documents -- so a reader of the copies sees
+    every array changed, or none. The attributes stored now are kept.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> root = zarrx.create_group({})
+    >>> x, y = (root.create_array(name, shape=(2,), dtype="int8") for name in "xy")
+    >>> _ = zarrx.consolidate_metadata(root.store)
+    >>> write_many(root.store, [("x", x.metadata.evolve(shape=(4,))), ("y", y.metadata.evolve(shape=(4,)))])
+    >>> [zarrx.open_group(root.store)[name].shape for name in "xy"]
+    [(4,), (4,)]
+    """
+    with metadata_lock(store):
+        own = {path: join_key(path, ZARR_JSON) for path, metadata in nodes if metadata.zarr_format == 3}
+        documents = store.get_many(list(own.values()))  # one batch for v3 (thousands of variables)
+        kept = []
+        for path, metadata in nodes:
+            raw = documents.get(own.get(path, ""))
+            stored = parse_node_metadata(raw, own[path]) if raw is not None else read_node(
+                store, path, zarr_format=metadata.zarr_format
+            )  # fmt: skip
+            kept.append((path, metadata if stored is None else metadata.evolve(attributes=stored.attributes)))
+        _copies_first(store, [(path, metadata, metadata.zarr_format) for path, metadata in kept], None, now=True)
+        for path, metadata in kept:
+            write_node(store, path, metadata)
+
+
+def _write_conditionally(
+    store: Store, path: str, metadata: NodeMetadata, change: Callable[[NodeMetadata], NodeMetadata], now: bool
+) -> NodeMetadata:
+    """:func:`write_metadata` on a store with conditional writes: the node's ``zarr.json`` is read
+    with its version, changed, its copies updated, and written only over that version; all again
+    when another writer came first."""
+    own = join_key(path, ZARR_JSON)
+    for attempt in range(ATTEMPTS):
+        raw, version = store.get_versioned(own)
+        updated = change(metadata if raw is None else parse_node_metadata(raw, own))
+        _copies_first(store, [(path, updated, 3)], None, now=now)
+        if store.set_if(own, updated.documents()[ZARR_JSON], version):
+            return updated
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+    raise StoreError(f"{own}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
+
+
+def _copies_first(
+    store: Store, changes: list[Change], documents: Mapping[str, bytes | None] | None, now: bool = False
+) -> None:
+    """Update the consolidated copies of existing nodes before their own documents; a failure says
+    that the nodes' own metadata is unchanged."""
+    try:
+        update_copies(store, changes, documents, current=documents is not None, now=now)
+    except StoreError as error:
+        nodes = ", ".join(repr("/" + path) for path, _, _ in changes)
+        raise StoreError(
+            f"the metadata of {nodes} was not changed: its consolidated copies are written first, and "
+            f"{str(error).partition('but the ')[2] or error}"
+        ) from error
+
+
+def needs_conditional_writes(store: Store) -> bool:
+    """Whether updates of shared documents of ``store`` need conditional writes: other processes
+    may write them, and the store has no lock but conditional writes."""
+    return store.conditional_writes and not store.locks_metadata and not store.process_local
+
+
+#: how often a conditional update of one document is tried before giving up
+ATTEMPTS = 50
+
+
+def _update_conditionally(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> None:
+    """Rewrite the document at ``key`` as ``change`` makes it from its stored bytes (None: leave
+    it), only over the version read; read it again and retry while another writer came first."""
+    for attempt in range(ATTEMPTS):
+        raw, version = store.get_versioned(key)
+        updated = change(raw)
+        if updated is None or store.set_if(key, updated, version):
+            return
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))  # jittered backoff, then read again
+    raise StoreError(f"{key}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
 
 
 def update_copies(
@@ -206,6 +348,7 @@ def update_copies(
     documents: Mapping[str, bytes | None] | None = None,
     *,
     current: bool = False,
+    now: bool = False,
 ) -> None:
     """Bring every consolidated copy of the changed nodes up to date (their own documents are
     written already).
@@ -213,10 +356,11 @@ def update_copies(
     ``documents`` are the documents that may hold copies, read before (by key): those that do hold
     copies are read again under :func:`metadata_lock` unless ``current`` says they were read under
     it, and the keys missing from them are read in the same batch. A hierarchy without
-    consolidated metadata so needs no read at all when ``documents`` has every key.
+    consolidated metadata so needs no read at all when ``documents`` has every key. Inside
+    :func:`batched_updates` the copies are updated at the end of the block, unless ``now``.
     """
     changes = list(changes)
-    if _recorded(store, changes):
+    if not now and _recorded(store, changes):
         return  # brought up to date at the end of the batch
     keys = list(dict.fromkeys(key for path, metadata, zarr_format in changes for key in copy_keys(
         path, zarr_format, metadata is not None and metadata.node_type == "group"
@@ -227,7 +371,18 @@ def update_copies(
         missing = [key for key in keys if key not in found or key in stale]
         if missing:
             found.update(store.get_many(missing))
+        if needs_conditional_writes(store):
+            # the documents holding copies now, each rewritten only over the version it is read at
+            for key in [key for key in keys if found.get(key) and _editable(found[key], key) is not None]:
+                _update_conditionally(store, key, lambda raw, key=key: _with_changes(raw, key, changes))
+            return
         _write_copies(store, changes, keys, found)
+
+
+def _with_changes(raw: bytes | None, key: str, changes: list[Change]) -> bytes | None:
+    """The consolidated document ``raw`` at ``key`` with ``changes`` applied; None when unchanged."""
+    document = None if raw is None else _editable(raw, key)
+    return encode_json(document) if document is not None and _apply(document, key, changes) else None
 
 
 def _write_copies(store: Store, changes: list[Change], keys: list[str], found: Mapping[str, bytes | None]) -> None:
@@ -306,125 +461,3 @@ def _remove(entries: dict[str, Any], relative: str, v2: bool, documents_only: bo
         below = relative + "/"
         for name in [name for name in entries if name.startswith(below)]:
             del entries[name]
-
-
-# -- checking -----------------------------------------------------------------------------------
-def find_stale(
-    store: Store,
-    groups: Mapping[str, Any],
-    nodes: Mapping[str, NodeMetadata],
-    skipped: Callable[[str], bool] = lambda path: False,
-) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """The consolidated copies of a walked hierarchy that disagree with their members.
-
-    ``groups`` and ``nodes`` (arrays and groups) are metadata by path, as the nodes' own documents
-    say; members under a path ``skipped`` says (their documents could not be read) are not judged.
-    Returns ``(stale, invalid)``: ``(consolidated document key, member path, what differs)`` for
-    each disagreement (:func:`disagreements`), and ``(key, group path, error)`` for each
-    consolidated document that does not parse. Reads the v2 groups' ``.zmetadata`` in one batch.
-    """
-    v2_keys = [join_key(path, ZMETADATA) for path, metadata in groups.items() if metadata.zarr_format == 2]
-    zmetadata = store.get_many(v2_keys) if v2_keys else {}
-    stale, invalid = [], []
-    for group, metadata in sorted(groups.items()):
-        key = join_key(group, ZMETADATA if metadata.zarr_format == 2 else ZARR_JSON)
-        raw = zmetadata.get(key)
-        if raw is None and getattr(metadata, "consolidated_metadata", None) is None:
-            continue  # not consolidated (or the draft layout, which has no consolidated metadata)
-        try:
-            copies = parse_copies(metadata, raw, group)
-        except MetadataError as error:
-            invalid.append((key, group, str(error)))
-            continue
-        below = join_key(group, "")
-        members = {
-            path[len(below) :]: node for path, node in nodes.items()
-            if path.startswith(below) and path != group and node.zarr_format == metadata.zarr_format
-        }  # fmt: skip
-        copies = {relative: copy for relative, copy in copies.items() if not skipped(join_key(group, relative))}
-        for relative, difference in disagreements(group, copies, members):
-            member = join_key(group, relative)
-            stale.append((key, member, f"{'/' + member!r}: {difference}"))
-    return stale, invalid
-
-
-def disagreements(
-    group: str, copies: Mapping[str, NodeMetadata | Exception], members: Mapping[str, NodeMetadata]
-) -> list[tuple[str, str]]:
-    """Where the consolidated metadata of the group at ``group`` disagrees with its members'
-    own documents: ``(member path, what differs)``, sorted by path.
-
-    ``copies`` are the parsed consolidated copies by path relative to the group (an exception
-    for one that does not parse); ``members`` the nodes below the group as their own documents
-    say, by path relative to the group. A copy of a member that no longer exists, a member
-    without a copy and a copy that differs (naming the fields) are each reported.
-
-    Examples
-    --------
-    >>> import zarrx
-    >>> a = zarrx.create_array({}, shape=(2,), dtype="int8")
-    >>> disagreements("", {"x": a.metadata}, {"x": a.metadata.evolve(shape=(4,)), "y": a.metadata})
-    [('x', 'shape: [4] in its zarr.json, [2] in the consolidated metadata'), ('y', 'stored, but missing from the consolidated metadata')]
-    """
-    found = []
-    for path in sorted(set(copies) | set(members)):
-        copy, member = copies.get(path), members.get(path)
-        if member is None:
-            found.append((path, "in the consolidated metadata, but not stored (deleted since?)"))
-        elif copy is None:
-            found.append((path, "stored, but missing from the consolidated metadata"))
-        elif isinstance(copy, Exception):
-            found.append((path, f"its consolidated copy is invalid: {copy}"))
-        else:
-            difference = _difference(_comparable(member), _comparable(copy))
-            if difference:
-                found.append((path, difference.replace("{document}", _document_name(member))))
-    return found
-
-
-def _comparable(metadata: NodeMetadata) -> dict[str, Any]:
-    """The fields of a node's documents, in canonical form (consolidated copies left out)."""
-    if metadata.zarr_format == 2:
-        merged: dict[str, Any] = {}
-        for name, raw in metadata.documents().items():
-            merged.update({f"{name}:{field}": value for field, value in decode_json(raw, name).items()})
-        return merged
-    document = metadata.to_json()
-    document.pop("consolidated_metadata", None)
-    return document
-
-
-def _document_name(metadata: NodeMetadata) -> str:
-    return ZARR_JSON if metadata.zarr_format == 3 else ("/".join(metadata.documents()))
-
-
-def _difference(member: dict[str, Any], copy: dict[str, Any]) -> str:
-    fields = sorted(name for name in set(member) | set(copy) if member.get(name) != copy.get(name))
-    return "; ".join(
-        f"{name}: {_shown(member.get(name))} in its {{document}}, {_shown(copy.get(name))} in the consolidated metadata"
-        for name in fields[:3]
-    ) + (f"; and {len(fields) - 3} more fields" if len(fields) > 3 else "")
-
-
-def _shown(value: Any) -> str:
-    text = "absent" if value is None else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def parse_copies(group_metadata: Any, v2_document: bytes | None, group: str) -> dict[str, NodeMetadata | Exception]:
-    """The consolidated copies of the group at ``group`` by relative path, parsed (an exception
-    for a copy that does not parse): v3 from its metadata, v2 from its ``.zmetadata`` bytes."""
-    if v2_document is not None:  # the formats' own parsers of consolidated entries (FORMATS)
-        entries = ConsolidatedMetadataV2.from_json(v2_document, join_key(group, ZMETADATA)).metadata
-        node_format = FORMATS[2]
-    else:
-        consolidated = getattr(group_metadata, "consolidated_metadata", None)
-        entries = consolidated.metadata if consolidated is not None else {}
-        node_format = FORMATS[3]
-    copies: dict[str, NodeMetadata | Exception] = {}
-    for relative, entry in entries.items():
-        try:
-            copies[relative] = node_format.parse_consolidated(entry, join_key(group, relative))
-        except MetadataError as error:
-            copies[relative] = error
-    return copies

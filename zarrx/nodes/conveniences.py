@@ -20,6 +20,7 @@ __all__ = ["provide", "call", "NAMES"]
 #: every convenience and the module that provides it
 NAMES = {
     "to_dask": "zarrx.dask",
+    "append_dask": "zarrx.dask",
     "explain": "zarrx.tools.explain",
     "node_text": "zarrx.tools.display",
     "node_html": "zarrx.tools.display",

@@ -16,7 +16,7 @@ from zarrx.metadata.node import GroupMetadata, decode_json, parse_node_metadata
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
 from zarrx.metadata.v2 import ZARRAY, ZGROUP, ZMETADATA, GroupMetadataV2
 from zarrx.nodes.array import Array
-from zarrx.nodes.consolidated import Change, update_copies
+from zarrx.nodes.consolidated import Change, metadata_lock, update_copies
 from zarrx.nodes.hierarchy import ZARR_JSON, read_node, write_node
 from zarrx.nodes.metadata_builder import build_array_metadata, build_array_metadata_v2
 from zarrx.storage.paths import join_key
@@ -96,7 +96,13 @@ def new_group_metadata(
 
 def _place(store: Store, path: str, metadata: NodeMetadata, overwrite: bool, zarr_format: int) -> None:
     """Replace what is at ``path`` (when ``overwrite``), create the parents, write the documents,
-    then update the consolidated metadata above that copies them."""
+    then update the consolidated metadata above that copies them: all under the hierarchy's
+    metadata lock, so that writers creating nodes at once never drop each other's."""
+    with metadata_lock(store):
+        _place_locked(store, path, metadata, overwrite, zarr_format)
+
+
+def _place_locked(store: Store, path: str, metadata: NodeMetadata, overwrite: bool, zarr_format: int) -> None:
     existing = read_node(store, path)
     changes: list[Change] = []
     if existing is not None:

@@ -3,16 +3,16 @@
 A node is a store, a path (``""`` for the root) and its parsed metadata, in any
 format zarrx reads (v3 ``zarr.json``, v2 ``.zarray``/``.zgroup`` + ``.zattrs``, the
 2022 draft layout). Changes to the metadata (attributes, an array's shape) go
-through :meth:`Node._write_metadata`, which refuses read-only nodes, stores the
-documents the metadata names (``metadata.documents()``) in one batch, each atomically, and
-updates the consolidated metadata of the groups above that copies them
-(:mod:`zarrx.nodes.consolidated`).
+through :meth:`Node._write_metadata`, which refuses read-only nodes, updates the consolidated
+metadata of the groups above that copies them and stores the documents the metadata names
+(``metadata.documents()``) in one batch, each atomically (:mod:`zarrx.nodes.consolidated`).
+An attribute change applies to the attributes stored now, under the hierarchy's metadata lock.
 Metadata that cannot be written (the draft layout) says why in ``read_only_reason``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from zarrx.errors import ReadOnlyError
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, ZarrFormat
@@ -92,15 +92,17 @@ class Node(Generic[M]):
                 f"{self._kind} {self.name!r} was opened read-only; open it with mode='r+' or 'a' to write"
             )
 
-    def _write_metadata(self, metadata: M) -> None:
+    def _write_metadata(self, metadata: M, change: Callable[[M], M] | None = None, now: bool = False) -> None:
         self._check_writable()
-        self._metadata = write_metadata(self._store, self._path, metadata)
+        self._metadata = write_metadata(self._store, self._path, metadata, change, now=now)
 
     def _get_attributes(self) -> dict[str, Any]:
         return self._metadata.attributes
 
-    def _set_attributes(self, attributes: dict[str, Any]) -> None:
-        self._write_metadata(self._metadata.evolve(attributes=attributes))
+    def _change_attributes(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Rewrite the attributes as ``change`` makes them from those stored now (another process
+        may have changed them, or the node's shape, since this node was opened)."""
+        self._write_metadata(self._metadata, lambda stored: stored.evolve(attributes=change(dict(stored.attributes))))
 
     def __repr__(self) -> str:
         return f"<zarrx.{type(self).__name__} {self._store!r} {self.name!r}>"

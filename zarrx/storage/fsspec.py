@@ -24,7 +24,7 @@ glob characters ``*?[`` legal in node names); when it fails as a whole (a cache 
 first missing file), the batch is read again key by key, so a missing key is None and an error
 names its own key. On fsspec's local file system, writes and deletes go through
 :class:`~zarrx.storage.local.LocalStore` (atomic, no empty folders left behind); writes to
-object stores are atomic by the service's own guarantee.
+object stores are atomic by the service's own guarantee; S3's are conditional where asked.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
+from zarrx.storage import conditional
 from zarrx.storage.local import LocalStore, is_temporary_name
+from zarrx.storage.metadata_updates import LOCK_NAME
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
@@ -144,6 +146,24 @@ class FsspecStore(Store):
     @property
     def preferred_concurrency(self) -> int:
         return self.max_concurrency if isinstance(self.fs, AsyncFileSystem) else 1
+
+    @property
+    def locks_metadata(self) -> bool:
+        return self._local is not None and self._local.locks_metadata
+
+    def lock_metadata(self) -> Any:
+        return super().lock_metadata() if self._local is None else self._local.lock_metadata()
+
+    @property
+    def conditional_writes(self) -> bool:  # on S3
+        return self._local is None and not self.read_only and "s3" in _protocols(self.fs)
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
+        return conditional.get_versioned(self, key)
+
+    def set_if(self, key: str, value: bytes, version: Any) -> bool:
+        self._check_writable(key)
+        return conditional.set_if(self, key, value, version)
 
     def local_path(self, key: str) -> str | None:
         return None if self._local is None else self._local.local_path(key)
@@ -456,13 +476,13 @@ class FsspecStore(Store):
             # ls of a file lists the file itself: not below the prefix, skipped
             if key is not None and key.startswith(prefix) and len(key) > len(prefix):
                 name = key[len(prefix) :].partition("/")[0]
-                if not self._is_temporary(name):
+                if not self._is_temporary(prefix + name):
                     names.add(name)
         return sorted(names)
 
     def _is_temporary(self, key: str) -> bool:
         # Only LocalStore writes temporary files; elsewhere such a name is a real key.
-        return self._local is not None and is_temporary_name(key.rpartition("/")[2])
+        return self._local is not None and (is_temporary_name(key.rpartition("/")[2]) or key == LOCK_NAME)
 
     # -- identity ----------------------------------------------------------------
     def __eq__(self, other: object) -> bool:

@@ -10,6 +10,9 @@ Rules this store keeps:
   ``os.replace``, so a reader sees the old bytes or the new ones, never a torn
   file, and a crashed writer leaves the old value. Temporary files are never
   listed. (No ``fsync``: atomic for readers, not durable across a power cut.)
+* **Metadata updates across processes** run under an advisory lock on the root folder
+  (:meth:`LocalStore.lock_metadata`, :mod:`zarrx.storage.metadata_updates`; where folders
+  cannot be locked, on ``<root>/.zarrx-metadata.lock``, which is never listed).
 * **Keys stay inside the root.** Every key and prefix goes through
   :func:`~zarrx.storage.paths.validate_key`; ``..`` or a leading ``/`` raise
   :class:`~zarrx.errors.InvalidPathError`. Every read, write and deletion is resolved
@@ -48,6 +51,7 @@ from zarrx.concurrency import map_concurrent
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, folder_lock
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 
@@ -63,6 +67,11 @@ _TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 def is_temporary_name(name: str) -> bool:
     """True for the name of a temporary file :meth:`LocalStore.set` writes before renaming it."""
     return name[:1] == "." and name.endswith(".tmp") and _TEMPORARY_NAME.fullmatch(name) is not None
+
+
+def _hidden(name: str, folder_key: str) -> bool:
+    """A temporary file, or the metadata lock file in the root folder: not a key."""
+    return name[:1] == "." and (is_temporary_name(name) or (name == LOCK_NAME and not folder_key))
 
 
 # -- reading one file --------------------------------------------------------------------
@@ -101,6 +110,7 @@ class LocalStore(Store):
     #: each file once, so its ranges come from one version of it
     reads_are_local = True
     consistent_ranges = True
+    locks_metadata = HAS_FILE_LOCKS
 
     def __init__(
         self, root: str | os.PathLike[str], read_only: bool = False, *, follow_external_links: bool = False
@@ -119,6 +129,12 @@ class LocalStore(Store):
     @property
     def location(self) -> tuple[str, str]:
         return ("file", self.root)
+
+    def lock_metadata(self) -> Any:
+        """An advisory lock on the root folder for the block's duration (see :func:`folder_lock`)."""
+        if self.read_only or not HAS_FILE_LOCKS:
+            return contextlib.nullcontext()  # a read-only store updates no metadata
+        return folder_lock(self.root)
 
     def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
         validate_prefix(prefix)
@@ -283,7 +299,16 @@ class LocalStore(Store):
             self.delete_many(list(self.list_prefix(prefix)))
             return
         try:
-            self._folder.delete_folder(prefix[:-1])
+            if prefix:
+                self._folder.delete_folder(prefix[:-1])
+                return
+            # the whole store: every entry of the root but the metadata lock file, which another
+            # process may hold (a new file would let two processes lock at once)
+            for entry in self._folder.scan(""):
+                if entry.name == LOCK_NAME:
+                    continue
+                self._folder.delete_folder(entry.name)  # a folder (a link: the link)
+                self._folder.delete(entry.name)  # a file
         except OSError as error:
             raise self._error("delete", prefix, error) from error
 
@@ -311,7 +336,7 @@ class LocalStore(Store):
                 kind = self._entry_kind(entry, key, seen_links)
                 if kind == "folder":
                     stack.append((key, ""))
-                elif kind == "file" and not is_temporary_name(entry.name):
+                elif kind == "file" and not _hidden(entry.name, folder_key):
                     yield key
 
     def _scan(self, prefix: str, folder_key: str) -> list[os.DirEntry[Any]]:
@@ -347,7 +372,7 @@ class LocalStore(Store):
         folder_key = prefix.rstrip("/")
         return sorted(
             entry.name for entry in self._scan(prefix, folder_key)
-            if not is_temporary_name(entry.name) and not self._leaves_root(entry, folder_key)
+            if not _hidden(entry.name, folder_key) and not self._leaves_root(entry, folder_key)
         )  # fmt: skip
 
     def _leaves_root(self, entry: os.DirEntry[Any], folder_key: str) -> bool:

@@ -36,6 +36,8 @@ than test its class (zarr-python 3's ``supports_*``):
                                after another (default: ``get``); a local store keeps the
                                folders it reads in open for all of them
 ``batch_writer()``             the same for writing values one after another (default: ``set``)
+``locks_metadata``, ...        a lock, or conditional writes, for metadata updates across
+                               processes (:mod:`zarrx.storage.metadata_updates`)
 ``range_readers(max_size)``    a ``with`` block giving a function opening one version of a
                                value for range reads (:class:`RangeReader`: a local file), or None
 =============================  ==========================================================
@@ -57,21 +59,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from zarrx.errors import UsageError
+from zarrx.storage.metadata_updates import ForwardedMetadataUpdates, MetadataUpdates
 
 __all__ = [
-    "Store",
-    "WrapperStore",
-    "ByteRequest",
-    "RangeByteRequest",
-    "OffsetByteRequest",
-    "SuffixByteRequest",
-    "byte_bounds",
-    "open_bounds",
-    "slice_value",
-    "bounded_get_many",
-    "bounded_get_ranges",
-    "RangeReader",
-]
+    "Store", "WrapperStore", "ByteRequest", "RangeByteRequest", "OffsetByteRequest", "SuffixByteRequest",
+    "byte_bounds", "open_bounds", "slice_value", "bounded_get_many", "bounded_get_ranges", "RangeReader",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -221,7 +214,7 @@ class RangeReader(ABC):
         """Read from ``start`` into ``buffer``; how many bytes (fewer only at the end)."""
 
 
-class Store(ABC):
+class Store(MetadataUpdates, ABC):
     """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
 
     read_only: bool = False
@@ -360,7 +353,7 @@ class Store(ABC):
         return self.exists(key)
 
 
-class WrapperStore(Store):
+class WrapperStore(ForwardedMetadataUpdates, Store):
     """A store that forwards every method and ability to ``inner``.
 
     Subclasses override what they change (count, prefetch, fail, cache) and nothing else. Two

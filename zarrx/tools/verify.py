@@ -30,10 +30,18 @@ few chunks per thread -- and returns a :class:`VerifyReport`:
 
 * ``incomplete``: the mark of an unfinished :func:`zarrx.convert` at or above the node
   (:mod:`zarrx.tools.convert_job`): chunks and metadata may be missing.
+* ``past_edge``: chunks (shards) stored wholly past an array's shape -- the trace of an append
+  (or a growing resize) that was interrupted: zarrx writes new chunks before the metadata that
+  shows them, and a shrinking resize deletes them only after. Invisible to readers, but another
+  library growing the array would show them. Running the append again, or ``resize`` to the
+  current shape, clears them.
+* ``past_edge_values``: boundary chunks whose part past the array's edge holds values other
+  than the fill value: also left by an interrupted append (and by other libraries' shrinking
+  resizes, which keep them), so information only.
 
 ``report.ok`` is true when no chunk is corrupt, every metadata document parses, every
 consolidated copy agrees with its member, no link leaves the store root (unless the store
-follows such links) and no convert is unfinished; missing chunks (shards, for sharded arrays),
+follows such links), no convert is unfinished and no chunk lies past an array's shape; missing chunks (shards, for sharded arrays),
 unknown keys and temporary files do not change it. ``str(report)`` is a readable summary (what
 ``zarrx verify URL`` prints).
 
@@ -52,14 +60,16 @@ from typing import Any, Iterator
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.concurrency import map_concurrent
 from zarrx.errors import NodeNotFoundError, StoreError, ZarrxError
+from zarrx.dtypes.fill import is_all_fill
 from zarrx.io.decode import decode_stored
+from zarrx.io.execute import read_selection
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, split_batches
 from zarrx.metadata.protocol import ArrayMetadataLike, GroupMetadataLike, NodeMetadata
 from zarrx.nodes.consolidated import find_stale
 from zarrx.nodes.hierarchy import format_of, node_keys, read_node
 from zarrx.nodes.node import Node
-from zarrx.storage import make_store
+from zarrx.storage import MemoryStore, make_store
 from zarrx.storage.local import is_temporary_name
 from zarrx.storage.paths import is_node_name, join_key, normalize_path
 from zarrx.storage.store import Store
@@ -142,8 +152,10 @@ def _claimed_metadata_keys(walk: _Walk) -> set[str]:
     return keys
 
 
-def _chunk_coords(key: str, prefixes: dict[str, tuple[str, ArrayMetadataLike]]) -> tuple[str, tuple[int, ...]] | None:
-    """``(array path, chunk coordinates)`` when ``key`` is a chunk key inside an array's grid."""
+def _chunk_coords(
+    key: str, prefixes: dict[str, tuple[str, ArrayMetadataLike]]
+) -> tuple[str, tuple[int, ...], bool] | None:
+    """``(array path, chunk coordinates, inside the grid)`` when ``key`` is a chunk key of an array."""
     ends = [0] + [position + 1 for position, character in enumerate(key) if character == "/"]
     for end in ends:
         found = prefixes.get(key[:end])
@@ -153,8 +165,7 @@ def _chunk_coords(key: str, prefixes: dict[str, tuple[str, ArrayMetadataLike]]) 
         coords = metadata.chunk_key_encoding.decode(key[end:])
         if coords is None or len(coords) != len(metadata.shape):
             continue
-        if all(c < g for c, g in zip(coords, metadata.grid_shape)):
-            return path, coords
+        return path, coords, all(c < g for c, g in zip(coords, metadata.grid_shape))
     return None
 
 
@@ -180,12 +191,39 @@ def _stored_chunks(
             if key in metadata_keys:
                 continue
             chunk = _chunk_coords(key, prefixes)
-            if chunk is not None:
+            if chunk is not None and chunk[2]:
                 stored[chunk[0]].append((key, chunk[1]))
+            elif chunk is not None:
+                shape = list(walk.arrays[chunk[0]].shape)
+                report.past_edge.append(Problem(key, "/" + chunk[0], f"stored past the array's shape {shape}"))
             elif not any(key.startswith(skipped) for skipped in walk.skipped_prefixes):
                 report.unknown.append(key)
     report.unknown.sort()
     return stored
+
+
+def _past_edge(metadata: ArrayMetadataLike, coords: tuple[int, ...]) -> tuple[Any, list[tuple[slice, ...]]] | None:
+    """For a boundary object of a regular grid: the array grown to whole objects and the parts of
+    the object past the array's edge (selections in it); None for any other object."""
+    if not metadata.chunk_grid.is_regular or metadata.read_only_reason is not None:
+        return None
+    shape, size = tuple(metadata.shape), tuple(metadata.chunks)
+    starts = [c * length for c, length in zip(coords, size)]
+    ends = [start + length for start, length in zip(starts, size)]
+    cut = [d for d in range(len(shape)) if ends[d] > shape[d]]
+    if not cut:
+        return None
+    edge = tuple(grid * length for grid, length in zip(metadata.grid_shape, size))
+    parts = [tuple(slice(shape[d], ends[d]) if d == dim else slice(starts[d], ends[d]) for d in range(len(shape))) for dim in cut]
+    return metadata.evolve(shape=edge), parts
+
+
+def _holds_values_past_edge(job: "_Job", raw: bytes) -> bool:
+    """Whether the decoded object ``raw`` holds values other than the fill value past the edge
+    (read from memory, through the array grown to whole objects: no second request)."""
+    grown, parts = job.past_edge
+    handle = ArrayHandle(MemoryStore({job.key: raw}), job.path, grown)
+    return not all(is_all_fill(read_selection(handle, part), handle.fill_value) for part in parts)
 
 
 def _missing_keys(metadata: ArrayMetadataLike, path: str, stored: set[tuple[int, ...]], limit: int) -> Iterator[str]:
@@ -230,6 +268,8 @@ class _Job:
     handle: ArrayHandle
     #: the chunk's grid coordinates (its shape, on a rectilinear grid)
     coords: tuple[int, ...] | None = None
+    #: for a boundary object: the grown metadata and its parts past the edge (see _past_edge)
+    past_edge: tuple[Any, list[tuple[slice, ...]]] | None = None
 
 
 def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
@@ -238,6 +278,8 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
         return 0  # deleted since it was listed: now missing, which is legal
     try:
         decode_stored(job.handle, job.key, raw, job.coords)
+        if job.past_edge is not None and _holds_values_past_edge(job, raw):
+            report.past_edge_values.append(Problem(job.key, "/" + job.path, f"holds values past the array's shape {list(job.handle.shape)}"))
     except ZarrxError as error:
         report.corrupt.append(Problem(job.key, "/" + job.path, str(error)))
     except Exception as error:  # a bug or an exhausted resource: still a chunk that cannot be read
@@ -334,7 +376,7 @@ def verify(
     for array_path, metadata in sorted(walk.arrays.items()):
         chunks = stored[array_path]
         handle = ArrayHandle(zstore, array_path, metadata)
-        jobs.update((key, _Job(key, array_path, handle, coords)) for key, coords in sorted(chunks))
+        jobs.update((key, _Job(key, array_path, handle, coords, _past_edge(metadata, coords))) for key, coords in sorted(chunks))
         missing = metadata.nchunks - len(chunks)
         listed = list(_missing_keys(metadata, array_path, {c for _, c in chunks}, min(missing, MAX_LISTED_MISSING))) if missing else []
         report.missing.extend(listed)
@@ -373,6 +415,7 @@ def verify(
     if show is not None and not total:
         show(0, 0)
     report.corrupt.sort(key=lambda problem: problem.key)
+    report.past_edge_values.sort(key=lambda problem: problem.key)
     report.bad_metadata.sort(key=lambda problem: problem.key)
     report.seconds = time.perf_counter() - started
     return report

@@ -82,6 +82,10 @@ class VerifyReport:
     #: whether the store reads through the external links (then they are information)
     external_links_followed: bool = False
     stale_consolidated: list[Problem] = field(default_factory=list)
+    #: chunks stored past an array's shape: an interrupted append or resize
+    past_edge: list[Problem] = field(default_factory=list)
+    #: boundary chunks holding values past the array's shape (information)
+    past_edge_values: list[Problem] = field(default_factory=list)
     #: stored chunks (shards) read and decoded
     chunks_checked: int = 0
     #: their stored bytes
@@ -91,10 +95,13 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         """True when every stored chunk decodes, every metadata document parses, consolidated
-        metadata agrees with the members, no link leaves the store root (unless followed) and no
-        convert into the node is unfinished."""
+        metadata agrees with the members, no link leaves the store root (unless followed), no
+        convert into the node is unfinished and no chunk is stored past an array's shape."""
         refused_links = self.external_links and not self.external_links_followed
-        return not (self.corrupt or self.bad_metadata or self.stale_consolidated or refused_links or self.incomplete)
+        return not (
+            self.corrupt or self.bad_metadata or self.stale_consolidated or refused_links or self.incomplete
+            or self.past_edge
+        )  # fmt: skip
 
     @property
     def missing_count(self) -> int:
@@ -121,6 +128,7 @@ class VerifyReport:
             lines.append(
                 f"FAILED: {len(self.corrupt)} corrupt chunk(s), {len(self.bad_metadata)} invalid metadata document(s)"
                 + (", an unfinished convert" if self.incomplete else "")
+                + (f", {len(self.past_edge)} chunk(s) past an array's shape" if self.past_edge else "")
                 + (f", {len(self.stale_consolidated)} stale consolidated entr(ies)" if self.stale_consolidated else "")
                 + (f", {len(self.external_links)} link(s) out of the store root"
                    if self.external_links and not self.external_links_followed else "")
@@ -134,6 +142,9 @@ class VerifyReport:
             ("INCOMPLETE: an interrupted (or running) zarrx convert is writing here; chunks and metadata may be "
              "missing. Rerun the same convert to resume it, or convert again with --overwrite",
              self.incomplete, len(self.incomplete)),  # fmt: skip
+            ("UNFINISHED APPEND: chunks stored past the array's shape, left by an append or resize that was "
+             "interrupted (readers do not see them); run the append again, or resize to the current shape to "
+             "clear them", self.past_edge, len(self.past_edge)),  # fmt: skip
             ("invalid metadata documents", self.bad_metadata, len(self.bad_metadata)),
             ("corrupt chunks", self.corrupt, len(self.corrupt)),
             (links, self.external_links, len(self.external_links)),
@@ -142,6 +153,9 @@ class VerifyReport:
             *((f"missing {kind} (they read as the fill value; not an error)",
                [key for array in self.arrays if array.objects == kind for key in array.missing_keys],
                sum(array.missing for array in self.arrays if array.objects == kind)) for kind in ("chunks", "shards")),  # fmt: skip
+            ("values past the array's shape in boundary chunks (an interrupted append, or another library's "
+             "resize, left them; not read, not an error; resize to the current shape clears them)",
+             self.past_edge_values, len(self.past_edge_values)),  # fmt: skip
             ("unknown keys (neither metadata nor a chunk inside an array's grid)", self.unknown, len(self.unknown)),
             ("temporary files of interrupted writes (never read; safe to delete)", self.temporary, len(self.temporary)),
         ]

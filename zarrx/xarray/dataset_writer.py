@@ -24,6 +24,7 @@ from xarray.backends.zarr import (
 from xarray import Dataset, Variable
 from xarray.namedarray.pycompat import is_chunked_array
 
+from zarrx.dask.append import commit, commit_after
 from zarrx.dask.write import dask_chunk_grid
 from zarrx.dask.write import to_zarr as dask_to_zarr
 from zarrx.errors import ChunkAlignmentError, NameNotFoundError, UsageError, UsageTypeError
@@ -76,6 +77,8 @@ class DatasetWriter:
         self.zarr_format = self.reader.zarr_format
         self.existing: dict[str, Array] = {} if self.mode == "w" else self.reader.arrays
         self.region: dict[Hashable, slice] | None = None
+        #: appended arrays, grown in memory only until their data is written
+        self.staged: list[Array] = []
 
     # -- checks ---------------------------------------------------------------------------------
     def _prepare_region(self, dataset: Dataset, region: Any) -> Dataset:
@@ -221,6 +224,13 @@ class DatasetWriter:
             if leave_alone and name in self.existing and (append_dim is None or append_dim not in encoded[name].dims):
                 continue
             self._set_variable(name, encoded[name], name in check_encoding)
+        if self.staged:
+            # the grown shapes are stored after all the data: at once (NumPy data), or by a task after
+            # every write task (dask data); with consolidated metadata in one rewrite of its copies
+            if self.options.writes:
+                self.options.writes[:] = [commit_after(self.options.writes, self.staged)]
+            else:
+                commit(self.staged)
 
     def _encode(self, variable: Variable, name: Hashable) -> Variable:
         return encode_zarr_variable(variable, name=name, zarr_format=self.zarr_format)
@@ -262,11 +272,9 @@ class DatasetWriter:
             array = self.existing[name]
             if append_dim is not None and append_dim in dims:
                 axis = dims.index(append_dim)
-                resized_from = array.shape
-                new_shape = list(array.shape)
-                new_shape[axis] += variable.shape[axis]
-                array.resize(tuple(new_shape))
-                region[append_dim] = slice(resized_from[axis], None)
+                region[append_dim] = slice(array.shape[axis], None)
+                array = array.staged_append(variable.shape, axis)[0]  # its shape is stored after the data
+                self.staged.append(array)
         else:
             array = self._create(name, variable, fill_value, encoding, attrs)
         selection = tuple(region.get(dim, slice(None)) for dim in dims)
