@@ -288,13 +288,15 @@ def _finish(
     """Run (or, without ``compute``, wrap in one Delayed) the writes of every variable together:
     one graph, so upstream work the variables share is computed once."""
     if not compute:
-        # the writes as arguments of their own, not one list: dask's array expressions cannot
-        # unpack a list of their arrays into a delayed call
-        return dask.delayed(_written, pure=False)(*options.writes)
+        # one Delayed waiting for every write, their graphs optimised together (upstream work the
+        # variables share runs once): dask's checkpoint, which dask's array expressions take too
+        # (they cannot unpack a list of their arrays into a delayed call)
+        from dask.graph_manipulation import checkpoint
+
+        return checkpoint(*options.writes)
     if options.writes:
         dask.compute(*options.writes, **dict(compute_kwargs or {}))
     return group
 
 
-def _written(*writes: Any) -> None:
-    return None
+
