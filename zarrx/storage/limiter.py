@@ -85,6 +85,11 @@ SLOW_CONNECT_FACTOR = 8.0
 MIN_SLOW_CONNECT = 0.1
 #: the shortest recovery after a decrease (seconds); else two baseline latencies
 MIN_RECOVERY = 0.05
+#: where the reader cannot see connections (a zarr-python store), an answer this many times the
+#: baseline latency, and at least MIN_LATE_ANSWER seconds, is a sign of overload: a connection
+#: attempt dropped by a full listen backlog, which TCP sent again after a second
+LATE_ANSWER_FACTOR = 8.0
+MIN_LATE_ANSWER = 0.5
 
 
 class _Window:
@@ -216,10 +221,14 @@ class HostLimiter:
     (11.9, 17)
     """
 
-    def __init__(self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS):
+    def __init__(
+        self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS,
+        slow_start: bool = True,
+    ):  # fmt: skip
         self.host = host
         self.cap = cap
         self._requests = _Window(initial, cap)
+        self._requests.slow_start = slow_start
         self._connections = _Window(connections, cap)
         #: requests sent and not yet answered (readers that see requests go on the wire count
         #: them): what the server has in hand, the level an overload is measured at
@@ -294,10 +303,17 @@ class HostLimiter:
         it (on a new connection, ``fresh``, or a reused one)."""
         return self._latency[fresh].holds(latency)
 
-    def succeeded(self, latency: float, fresh: bool = False) -> None:
+    def succeeded(self, latency: float, fresh: bool = False, late_level: int | None = None) -> None:
         """An answer came ``latency`` seconds after the request was sent (connection set-up
-        excluded), on a new connection (``fresh``) or a reused one."""
+        excluded), on a new connection (``fresh``) or a reused one. ``late_level``: the reader
+        does not see connections (their set-up is in ``latency``) and the request was sent at
+        that level: a late answer (:data:`LATE_ANSWER_FACTOR`) is a sign of overload there."""
         self.counts["answers"] += 1
+        baseline = self._latency[fresh].baseline
+        if late_level is not None and baseline is not None and latency > max(MIN_LATE_ANSWER, LATE_ANSWER_FACTOR * baseline):
+            self.counts["late answers"] += 1
+            self.overloaded("timeout", late_level)
+            return
         holds, ratio = self._latency[fresh].add(latency)
         if ratio > LATENCY_TOLERANCE:
             self._requests.slow_start = False  # the answers keep coming later: the server is queueing
@@ -361,12 +377,18 @@ class HostLimiter:
 _limiters: "weakref.WeakKeyDictionary[Any, dict[tuple[str, int], HostLimiter]]" = weakref.WeakKeyDictionary()
 
 
-def host_limiter(host: str, cap: int, loop: asyncio.AbstractEventLoop | None = None) -> HostLimiter:
+def host_limiter(
+    host: str, cap: int, loop: asyncio.AbstractEventLoop | None = None, *, initial: int | None = None,
+    slow_start: bool = True,
+) -> HostLimiter:  # fmt: skip
     """The limiter of ``host`` (``"https://example.org:443"``) for stores capped at ``cap``, on
-    ``loop`` (the running one by default); created on first use."""
+    ``loop`` (the running one by default); created on first use, with ``initial`` requests in
+    flight (default :data:`INITIAL_REQUESTS`), in slow start or not."""
     loop = loop or asyncio.get_running_loop()
     by_host = _limiters.setdefault(loop, {})
     limiter = by_host.get((host, cap))
     if limiter is None:
-        limiter = by_host[(host, cap)] = HostLimiter(host, cap)
+        limiter = by_host[(host, cap)] = HostLimiter(
+            host, cap, initial=INITIAL_REQUESTS if initial is None else initial, slow_start=slow_start
+        )
     return limiter
