@@ -172,11 +172,20 @@ SERVERS: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
     "throttle16": ("{delay} ms, 503 + Retry-After above 16 in flight",
                    ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128", "--throttle", "16",
                     "--retry-after", "0"], ("read",)),
+    "close5": ("{delay} ms, no keep-alive, backlog 5",
+               ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "5", "--no-keep-alive"], ("read",)),
+    "close128": ("{delay} ms, no keep-alive, backlog 128",
+                 ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128", "--no-keep-alive"],
+                 ("read",)),
+    "closethrottle16": ("{delay} ms, no keep-alive, 503 + Retry-After above 16 in flight",
+                        ["-m", "tests.http_server", "{root}", "--delay", "{delay}", "--backlog", "128", "--throttle", "16",
+                         "--retry-after", "0", "--no-keep-alive"], ("read",)),
     "s3": ("S3 (moto)", ["-m", "tests.s3_server"], ("read",)),
     "stalled": ("stalled (never answers)", ["-m", "tests.http_server", "{root}", "--stall"], ("stalled",)),
 }  # fmt: skip
 #: the issue's targets: zarrx / zarr-python at most this on the 256-chunk read
-TARGETS = {"plain": 1.0, "backlog5": 0.5, "backlog128": 0.25, "throttle16": 0.5}
+TARGETS = {"plain": 1.0, "backlog5": 0.5, "backlog128": 0.25, "throttle16": 0.5, "close5": 0.5, "close128": 0.5,
+           "closethrottle16": 0.5}
 
 
 def start_server(kind: str, root: Path, delay: float) -> Server:

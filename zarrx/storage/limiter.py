@@ -96,10 +96,12 @@ class _Window:
     """An adaptive bound on holders: ``acquire`` waits while ``held >= int(size)``; ``grow`` and
     ``shrink`` move ``size`` by the rules of the module docstring."""
 
-    __slots__ = ("size", "cap", "held", "waiters", "slow_start", "ceiling", "recovery_until")
+    __slots__ = ("size", "cap", "held", "waiters", "slow_start", "ceiling", "recovery_until", "regrow")
 
-    def __init__(self, size: float, cap: int) -> None:
+    def __init__(self, size: float, cap: int, regrow: bool = True) -> None:
         self.size, self.cap = min(size, cap), cap
+        #: after a decrease, grow back quickly to just below the ceiling (else one per round trip)
+        self.regrow = regrow
         self.held = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         #: growing by one per answer (until the first sign of overload or of rising latency)
@@ -151,8 +153,10 @@ class _Window:
         if time.monotonic() < self.recovery_until:
             return
         size, ceiling = self.size, self.ceiling
-        if self.slow_start or (ceiling is not None and size < ceiling - 1):
+        if self.slow_start or (self.regrow and ceiling is not None and size < ceiling - 1):
             size += 1
+        elif not self.regrow:
+            size += 1 / size
         elif ceiling is not None and size < FORGET_CEILING * ceiling:
             size += 1 / (size * PROBE_SLOWDOWN)
         else:
@@ -229,7 +233,9 @@ class HostLimiter:
         self.cap = cap
         self._requests = _Window(initial, cap)
         self._requests.slow_start = slow_start
-        self._connections = _Window(connections, cap)
+        # where a backlog overflows depends on how fast the server accepts, not on a level it
+        # keeps: after a slow connect the window grows back by one per round trip
+        self._connections = _Window(connections, cap, regrow=False)
         #: requests sent and not yet answered (readers that see requests go on the wire count
         #: them): what the server has in hand, the level an overload is measured at
         self.on_wire = 0
@@ -358,12 +364,13 @@ class HostLimiter:
         if holds_latency:
             window.grow()
 
-    def connection_failed(self, slow: bool) -> None:
-        """A new connection failed before its first answer; ``slow``: its attempt timed out."""
+    def connection_failed(self, slow: bool, level: int | None = None) -> None:
+        """A new connection failed before its first answer; ``slow``: its attempt timed out, sent
+        while ``level`` connections were being opened (itself included; default: those now)."""
         window = self._connections
         if slow:
             self.counts["slow connects"] += 1
-            window.shrink(max(1, window.held), FAILURE_FACTOR, self._recovery())
+            window.shrink(max(1, level if level is not None else window.held), FAILURE_FACTOR, self._recovery())
         window.release()
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ option                      default (environment variable)   what
 ``zarrx_timeout``           30 s (``ZARRX_TIMEOUT``)         longest wait for the next bytes of an answer
 ``zarrx_connect_timeout``   10 s                             longest wait for a connection
                             (``ZARRX_CONNECT_TIMEOUT``)
-``zarrx_request_deadline``  120 s                            longest a request may take, all its attempts
+``zarrx_request_deadline``  60 s                             longest a request may take, all its attempts
                             (``ZARRX_REQUEST_DEADLINE``)     and waits included
 ``zarrx_batch_deadline``    1800 s                           longest a batch of requests may take
                             (``ZARRX_BATCH_DEADLINE``)
@@ -80,7 +80,7 @@ DEFAULT_MAX_CONCURRENCY = 64
 DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_REQUEST_DEADLINE = 120.0
+DEFAULT_REQUEST_DEADLINE = 60.0
 DEFAULT_BATCH_DEADLINE = 1800.0
 DEFAULT_MAX_READ_SIZE = 128 * 2**20
 
