@@ -235,6 +235,7 @@ def configure(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Remo
     HttpClientFactory(limit=100)
     """
     remote, options = split_storage_options(storage_options)
+    options = _without_asynchronous(options)
     if "::" not in url:
         match = _PROTOCOL.match(url)
         defaults = PROTOCOL_DEFAULTS.get(match[1].lower()) if match else None
@@ -247,6 +248,31 @@ def configure(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Remo
     if defaults is not None:
         options[protocol] = defaults(dict(options.get(protocol) or {}), remote)
     return remote, options
+
+
+#: options holding the options of another file system (a reference file system's target and
+#: remote ones); a chain's file systems take theirs under their protocol's key
+NESTED_OPTIONS = ("remote_options", "target_options")
+
+
+def _without_asynchronous(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without ``asynchronous``, at the top and in the nested options of
+    :data:`NESTED_OPTIONS` and of chained protocols: zarrx runs async file systems on fsspec's
+    loop itself, so the option zarr-python requires (``asynchronous=True``, also inside a
+    ``reference://`` URL's ``remote_options``) is taken and left out, as fsspec then gives it.
+
+    Examples
+    --------
+    >>> _without_asynchronous({"remote_protocol": "s3", "remote_options": {"asynchronous": True, "anon": True}})
+    {'remote_protocol': 's3', 'remote_options': {'anon': True}}
+    """
+    from fsspec import available_protocols
+
+    options = {name: value for name, value in options.items() if name != "asynchronous"}
+    for name, value in options.items():
+        if isinstance(value, Mapping) and (name in NESTED_OPTIONS or name in available_protocols()):
+            options[name] = _without_asynchronous(dict(value))
+    return options
 
 
 # -- HTTP: the retry aiohttp does not have, for fsspec's own requests -------------------------------
