@@ -77,7 +77,7 @@ S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
 #: the request deadline zarrx gets on the stalled server
 STALL_DEADLINE = 2.0
 #: server -> requests the floor keeps in flight (the server's best level, known in advance)
-FLOOR_CONCURRENCY = {"backlog128": 64, "throttle16": 16}
+FLOOR_CONCURRENCY = {"backlog128": 64, "throttle16": 16, "close128": 64, "closethrottle16": 16}
 
 
 @dataclass(frozen=True)

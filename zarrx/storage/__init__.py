@@ -113,13 +113,14 @@ def make_store(
     Parameters
     ----------
     store_like
-        A Store, None, a dict, a path, a URL or an ``fsspec.FSMap``.
+        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap`` or a zarr-python store.
     mode
         ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
         one. A Store passed in is returned unchanged, whatever the mode.
     storage_options
         fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``; for a
-        local folder only ``follow_external_links``.
+        local folder only ``follow_external_links``; for a zarr-python store only zarrx's own
+        (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
     follow_external_links
         For a local folder: let reads follow symbolic links that leave it (writes and deletions
         never do). Default False (the storage option of the same name, when given).

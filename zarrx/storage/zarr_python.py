@@ -292,10 +292,6 @@ class ZarrPythonStore(Store):
         return bool(getattr(self._store, "supports_listing", True))
 
     @property
-    def preferred_concurrency(self) -> int:  # type: ignore[override]
-        return self.options.max_concurrency
-
-    @property
     def location(self) -> Any:
         return ("zarr-python", self._store)
 
@@ -311,6 +307,7 @@ class ZarrPythonStore(Store):
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
         cause = error.__cause__ if isinstance(error, _Failure) and error.__cause__ is not None else error
         timed_out, detail = describe_failure(cause, self.options)
+        detail = detail.split("\n\n")[0]  # the first paragraph (obstore's go on with a debug dump): the cause has all
         error_class = StoreTimeoutError if timed_out else StoreError
         return error_class(f"could not {action} {key!r} in zarr-python store {self._store!r}: {detail}")
 
