@@ -52,10 +52,14 @@ def test_without_keep_alive_the_connection_window_grows_while_connects_are_fast(
         assert server.max_in_flight() > 2 * INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE
 
 
-def test_after_a_slow_connect_the_window_grows_back_one_per_round_trip():
-    limiter = HostLimiter("http://h:80", cap=64, connections=32)
+def test_without_keep_alive_after_a_slow_connect_the_window_grows_back_one_per_round_trip():
+    limiter = HostLimiter("http://h:80", cap=64)
 
-    async def burst() -> None:
+    async def connections() -> None:
+        for _ in range(16):  # the server closes every connection: the window starts small, then doubles
+            await limiter.open_connection(1)
+            limiter.connection_answered(0.0005, holds_latency=True, keeps_alive=False)
+        assert limiter.connections == INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE + 16 == 20
         for _ in range(20):  # twenty connections being opened; the last one is dropped by a full backlog
             await limiter.open_connection(1)
         limiter.connection_failed(slow=True, level=20)
@@ -63,11 +67,26 @@ def test_after_a_slow_connect_the_window_grows_back_one_per_round_trip():
         assert limiter.connections == 10
         limiter._connections.recovery_until = time.monotonic() - 1  # as if a round trip had passed
         for _ in range(18):  # the others are answered fast
+            limiter.connection_answered(0.0005, holds_latency=True, keeps_alive=False)
+
+    asyncio.run(connections())
+    # one per round trip (about 1/size per answer), not back at once to just below the overflow's level
+    assert 10 < limiter.connections < 12
+
+
+def test_with_keep_alive_the_window_grows_back_quickly_to_below_the_overflow():
+    limiter = HostLimiter("http://h:80", cap=64, connections=32)
+
+    async def connections() -> None:
+        for _ in range(20):
+            await limiter.open_connection(1)
+        limiter.connection_failed(slow=True, level=20)
+        limiter._connections.recovery_until = time.monotonic() - 1
+        for _ in range(9):  # connections stay open and are reused: the level is one the server keeps
             limiter.connection_answered(0.0005, holds_latency=True, keeps_alive=True)
 
-    asyncio.run(burst())
-    # one per round trip (about 1/size per answer), not back to just below the level of the overflow
-    assert 10 < limiter.connections < 12
+    asyncio.run(connections())
+    assert limiter.connections == 19
 
 
 def test_a_server_that_never_answers_is_a_timeout_naming_the_key(folder):

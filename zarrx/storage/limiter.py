@@ -39,8 +39,17 @@ the rules of the request window, with connections answered for answers and *slow
 signs of overload: an attempt taking longer than :meth:`HostLimiter.connect_timeout` (eight times
 the usual connect time, at least :data:`MIN_SLOW_CONNECT` seconds) was dropped by a full listen
 backlog; the caller abandons it and starts afresh rather than wait for TCP's one-second
-retransmission, and the window halves to the number of connections then being opened (once per
-round trip), then probes that level slowly.
+retransmission, and the window halves to the number of connections being opened when that
+attempt started (once per round trip), then probes that level slowly -- on a host that does not
+keep connections alive, by one per round trip from there: where its backlog overflows depends on
+how fast it accepts, not on a level it keeps.
+
+**Readers that do not see connections** (a zarr-python store opens its own, out of sight) start
+the request window where their library would, out of slow start (:func:`host_limiter`'s
+``initial``), and pass the level a request was sent at to :meth:`HostLimiter.succeeded`: an
+answer :data:`LATE_ANSWER_FACTOR` times later than the baseline (at least
+:data:`MIN_LATE_ANSWER` s) is then a sign of overload (a connection attempt a full backlog
+dropped, which TCP sent again after a second).
 
 One limiter serves every store of a process that talks to the same host with the same cap
 (:func:`host_limiter`), per event loop. Everything here runs on that loop's thread: no locks.
@@ -233,9 +242,7 @@ class HostLimiter:
         self.cap = cap
         self._requests = _Window(initial, cap)
         self._requests.slow_start = slow_start
-        # where a backlog overflows depends on how fast the server accepts, not on a level it
-        # keeps: after a slow connect the window grows back by one per round trip
-        self._connections = _Window(connections, cap, regrow=False)
+        self._connections = _Window(connections, cap)
         #: requests sent and not yet answered (readers that see requests go on the wire count
         #: them): what the server has in hand, the level an overload is measured at
         self.on_wire = 0
@@ -359,6 +366,10 @@ class HostLimiter:
         window = self._connections
         if self.keeps_alive is None and not keeps_alive:
             window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
+            # every request a new connection: where the backlog overflows depends on how fast
+            # the server accepts them, not on a level it keeps, so after a slow connect the
+            # window grows back by one per round trip (not at once to just below that level)
+            window.regrow = False
         self.keeps_alive = keeps_alive
         window.release()
         if holds_latency:
