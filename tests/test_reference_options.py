@@ -50,7 +50,7 @@ def test_asynchronous_remote_options_read_as_with_engine_zarr(references):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         theirs = xr.open_dataset("reference://", engine="zarr", storage_options=options, consolidated=False).load()
-    ours = xr.open_dataset("reference://", engine="zarrx", storage_options=options).load()
+    ours = xr.open_dataset("reference://", engine="zarrx", storage_options=options, consolidated=False).load()
     xr.testing.assert_identical(ours, theirs)
     np.testing.assert_array_equal(ours["t"], ds["t"])
 
