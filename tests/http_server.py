@@ -607,10 +607,14 @@ def main() -> None:
     parser.add_argument("--throttle", type=int, default=None, help="503 + Retry-After above this many in flight")
     parser.add_argument("--retry-after", default="0", help="the Retry-After of a throttled answer")
     parser.add_argument("--stall", action="store_true", help="never answer")
+    parser.add_argument("--no-keep-alive", action="store_true", help="close the connection after every answer")
     arguments = parser.parse_args()
     behaviour = Throttle(arguments.throttle, arguments.retry_after) if arguments.throttle is not None else None
     behaviour = Stall() if arguments.stall else behaviour
-    server = RecordingServer(arguments.directory, delay=arguments.delay, backlog=arguments.backlog, behaviour=behaviour)
+    server = RecordingServer(
+        arguments.directory, delay=arguments.delay, backlog=arguments.backlog, behaviour=behaviour,
+        keep_alive=not arguments.no_keep_alive,
+    )  # fmt: skip
     print(server.url, flush=True)
     try:
         server.serve_forever()

@@ -327,7 +327,7 @@ def test_http_sharded_read_is_index_then_merged_ranges(http):
     assert plan.requests[2].byte_range.start == first and plan.requests[2].byte_range.end == last + 1
     http.reset()
     np.testing.assert_array_equal(array[:32, :32], np.arange(64 * 64).reshape(64, 64)[:32, :32])
-    assert [r.range for r in _gets(http)] == ["bytes=0-"]  # a whole shard: one read, no index first
+    assert [r.range for r in _gets(http)] == [None]  # a whole shard: one plain GET, no index first, no Range
 
 
 def test_http_listing_and_groups(http):

@@ -31,7 +31,7 @@ OPTION_TABLE = [
     ("retries", "ZARRX_RETRIES", 5, "0", 0),
     ("timeout", "ZARRX_TIMEOUT", 30.0, "2.5", 2.5),
     ("connect_timeout", "ZARRX_CONNECT_TIMEOUT", 10.0, "1.5", 1.5),
-    ("request_deadline", "ZARRX_REQUEST_DEADLINE", 120.0, "7", 7.0),
+    ("request_deadline", "ZARRX_REQUEST_DEADLINE", 60.0, "7", 7.0),
     ("batch_deadline", "ZARRX_BATCH_DEADLINE", 1800.0, "60", 60.0),
     ("max_read_size", "ZARRX_MAX_READ_SIZE", 128 * 2**20, "1024", 1024),
 ]
@@ -108,7 +108,7 @@ def test_s3_defaults_fill_only_what_is_unset():
 def test_http_defaults():
     _, options = configure("https://example.org/x.zarr", {"zarrx_max_concurrency": 200, "zarrx_retries": 3})
     client = options["client_kwargs"]
-    assert client["timeout"] == aiohttp.ClientTimeout(total=120.0, sock_connect=10.0, sock_read=30.0)
+    assert client["timeout"] == aiohttp.ClientTimeout(total=60.0, sock_connect=10.0, sock_read=30.0)
     assert client["middlewares"] == (RetryMiddleware(3),)
     assert options["get_client"] == HttpClientFactory(200)
     _, options = configure("http://h/x", {"zarrx_retries": 0, "client_kwargs": {"timeout": aiohttp.ClientTimeout(5)}})

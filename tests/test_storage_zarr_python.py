@@ -32,6 +32,8 @@ class TestZarrPythonMemoryStore(StoreSuite):
 def test_a_zarr_python_local_store_round_trips_a_dataset(tmp_path):
     import xarray as xr
 
+    import zarrx.xarray  # noqa: F401  (the accessor)
+
     ds = xr.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(3, 4))}, coords={"x": [1, 2, 3]})
     store = zarr.storage.LocalStore(tmp_path / "d.zarr")
     ds.zarrx.to_zarr(store, mode="w")

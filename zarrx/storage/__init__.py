@@ -14,8 +14,10 @@ any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_u
 ``https://``, chained ``simplecache::s3://``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
-a zarr-python store (``zarr.storage.MemoryStore``,     a :class:`ZarrPythonStore` over it
-``LocalStore``, ...)
+a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore` over it, paced,
+(``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
+icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
+                                                       the ``zarrx_*`` ones)
 =====================================================  =========================================
 
 :class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
@@ -51,7 +53,8 @@ from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.prefetch import PrefetchStore
-from zarrx.storage.zarr_python import ZarrPythonStore, is_zarr_python_store
+from zarrx.storage.remote import split_storage_options
+from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -110,13 +113,14 @@ def make_store(
     Parameters
     ----------
     store_like
-        A Store, None, a dict, a path, a URL or an ``fsspec.FSMap``.
+        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap`` or a zarr-python store.
     mode
         ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
         one. A Store passed in is returned unchanged, whatever the mode.
     storage_options
         fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``; for a
-        local folder only ``follow_external_links``.
+        local folder only ``follow_external_links``; for a zarr-python store only zarrx's own
+        (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
     follow_external_links
         For a local folder: let reads follow symbolic links that leave it (writes and deletions
         never do). Default False (the storage option of the same name, when given).
@@ -159,11 +163,12 @@ def make_store(
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
     if is_zarr_python_store(store_like):
-        _refuse_options(storage_options, store_like)
-        return ZarrPythonStore(store_like, read_only=read_only)
+        remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
+        _refuse_options(rest, store_like)
+        return ZarrPythonStore(store_like, read_only=read_only, options=remote)
+    kind = type(store_like)
     raise StoreTypeError(
-        f"cannot use {type(store_like).__name__} {store_like!r} as a store; pass a path, a URL "
-        "('s3://bucket/data.zarr', 'memory://x'), an fsspec FSMap, a dict, None or a zarrx Store"
+        f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}"
     )
 
 

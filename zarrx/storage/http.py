@@ -74,7 +74,7 @@ class _Connection:
     """What one attempt's connection did (aiohttp's ``trace_request_ctx``): the new connection it
     opened, if any, and whether its request is on the wire (sent, not yet answered)."""
 
-    __slots__ = ("limiter", "timeout", "held", "gate_wait", "connect_seconds", "_started", "on_wire")
+    __slots__ = ("limiter", "timeout", "held", "gate_wait", "connect_seconds", "_started", "on_wire", "level")
 
     def __init__(self, limiter: HostLimiter, timeout: float) -> None:
         self.limiter, self.timeout = limiter, timeout
@@ -83,6 +83,8 @@ class _Connection:
         self.gate_wait = 0.0
         self.connect_seconds: float | None = None
         self._started = 0.0
+        #: connections being opened to the host when this one was (itself included)
+        self.level = 0
 
     def sent(self) -> None:
         if not self.on_wire:  # a redirect sends once more: the same request, still on the wire
@@ -104,6 +106,7 @@ class _Connection:
         waited = time.monotonic()
         await self.limiter.open_connection(self.timeout)
         self.held = True
+        self.level = self.limiter.opening
         self._started = time.monotonic()
         self.gate_wait = self._started - waited
 
@@ -118,7 +121,7 @@ class _Connection:
     def failed(self, slow: bool) -> None:
         if self.held:
             self.held = False
-            self.limiter.connection_failed(slow)
+            self.limiter.connection_failed(slow, self.level)
 
 
 async def _on_connection_create_start(session: Any, context: Any, params: Any) -> None:
@@ -199,7 +202,7 @@ class HttpReader:
         session = await fs.set_session()
         options = dict(fs.kwargs)
         headers = dict(options.pop("headers", None) or {})
-        if read.start is not None or read.end is not None:
+        if _ranged(read):
             headers["Range"] = _range_header(read.start, read.end)
         connect_timeout = attempt.limiter.connect_timeout(self.connect_timeout, attempt.slow_connects)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=self.read_timeout)
@@ -236,7 +239,7 @@ class HttpReader:
             return b""
         if status not in (200, 206):
             raise ServerAnswer(status, response.reason, response.headers.get("Retry-After"))
-        ranged = read.start is not None or read.end is not None
+        ranged = _ranged(read)
         whole = status == 200
         # a 200 to a ranged request is the whole value: bounded by what the key may hold
         limit = read.limit if whole or not ranged else min(read.limit, read.length or read.limit)
@@ -261,6 +264,12 @@ class HttpReader:
             return body[read.start : read.end]  # the server ignored Range: cut it out here
         _check_content_range(response.headers.get("Content-Range"), read.start)
         return body
+
+
+def _ranged(read: ObjectRead) -> bool:
+    """Whether a read asks for part of a value: from 0 to the end is the whole, asked without
+    ``Range`` (``bytes=0-`` is refused by servers without byte ranges)."""
+    return read.end is not None or read.start not in (None, 0)
 
 
 def _keeps_alive(response: Any) -> bool:

@@ -39,8 +39,17 @@ the rules of the request window, with connections answered for answers and *slow
 signs of overload: an attempt taking longer than :meth:`HostLimiter.connect_timeout` (eight times
 the usual connect time, at least :data:`MIN_SLOW_CONNECT` seconds) was dropped by a full listen
 backlog; the caller abandons it and starts afresh rather than wait for TCP's one-second
-retransmission, and the window halves to the number of connections then being opened (once per
-round trip), then probes that level slowly.
+retransmission, and the window halves to the number of connections being opened when that
+attempt started (once per round trip), then probes that level slowly -- on a host that does not
+keep connections alive, by one per round trip from there: where its backlog overflows depends on
+how fast it accepts, not on a level it keeps.
+
+**Readers that do not see connections** (a zarr-python store opens its own, out of sight) start
+the request window where their library would, out of slow start (:func:`host_limiter`'s
+``initial``), and pass the level a request was sent at to :meth:`HostLimiter.succeeded`: an
+answer :data:`LATE_ANSWER_FACTOR` times later than the baseline (at least
+:data:`MIN_LATE_ANSWER` s) is then a sign of overload (a connection attempt a full backlog
+dropped, which TCP sent again after a second).
 
 One limiter serves every store of a process that talks to the same host with the same cap
 (:func:`host_limiter`), per event loop. Everything here runs on that loop's thread: no locks.
@@ -85,16 +94,23 @@ SLOW_CONNECT_FACTOR = 8.0
 MIN_SLOW_CONNECT = 0.1
 #: the shortest recovery after a decrease (seconds); else two baseline latencies
 MIN_RECOVERY = 0.05
+#: where the reader cannot see connections (a zarr-python store), an answer this many times the
+#: baseline latency, and at least MIN_LATE_ANSWER seconds, is a sign of overload: a connection
+#: attempt dropped by a full listen backlog, which TCP sent again after a second
+LATE_ANSWER_FACTOR = 8.0
+MIN_LATE_ANSWER = 0.5
 
 
 class _Window:
     """An adaptive bound on holders: ``acquire`` waits while ``held >= int(size)``; ``grow`` and
     ``shrink`` move ``size`` by the rules of the module docstring."""
 
-    __slots__ = ("size", "cap", "held", "waiters", "slow_start", "ceiling", "recovery_until")
+    __slots__ = ("size", "cap", "held", "waiters", "slow_start", "ceiling", "recovery_until", "regrow")
 
-    def __init__(self, size: float, cap: int) -> None:
+    def __init__(self, size: float, cap: int, regrow: bool = True) -> None:
         self.size, self.cap = min(size, cap), cap
+        #: after a decrease, grow back quickly to just below the ceiling (else one per round trip)
+        self.regrow = regrow
         self.held = 0
         self.waiters: collections.deque[asyncio.Future] = collections.deque()
         #: growing by one per answer (until the first sign of overload or of rising latency)
@@ -146,8 +162,10 @@ class _Window:
         if time.monotonic() < self.recovery_until:
             return
         size, ceiling = self.size, self.ceiling
-        if self.slow_start or (ceiling is not None and size < ceiling - 1):
+        if self.slow_start or (self.regrow and ceiling is not None and size < ceiling - 1):
             size += 1
+        elif not self.regrow:
+            size += 1 / size
         elif ceiling is not None and size < FORGET_CEILING * ceiling:
             size += 1 / (size * PROBE_SLOWDOWN)
         else:
@@ -216,10 +234,14 @@ class HostLimiter:
     (11.9, 17)
     """
 
-    def __init__(self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS):
+    def __init__(
+        self, host: str, cap: int, *, initial: int = INITIAL_REQUESTS, connections: int = INITIAL_CONNECTIONS,
+        slow_start: bool = True,
+    ):  # fmt: skip
         self.host = host
         self.cap = cap
         self._requests = _Window(initial, cap)
+        self._requests.slow_start = slow_start
         self._connections = _Window(connections, cap)
         #: requests sent and not yet answered (readers that see requests go on the wire count
         #: them): what the server has in hand, the level an overload is measured at
@@ -294,10 +316,17 @@ class HostLimiter:
         it (on a new connection, ``fresh``, or a reused one)."""
         return self._latency[fresh].holds(latency)
 
-    def succeeded(self, latency: float, fresh: bool = False) -> None:
+    def succeeded(self, latency: float, fresh: bool = False, late_level: int | None = None) -> None:
         """An answer came ``latency`` seconds after the request was sent (connection set-up
-        excluded), on a new connection (``fresh``) or a reused one."""
+        excluded), on a new connection (``fresh``) or a reused one. ``late_level``: the reader
+        does not see connections (their set-up is in ``latency``) and the request was sent at
+        that level: a late answer (:data:`LATE_ANSWER_FACTOR`) is a sign of overload there."""
         self.counts["answers"] += 1
+        baseline = self._latency[fresh].baseline
+        if late_level is not None and baseline is not None and latency > max(MIN_LATE_ANSWER, LATE_ANSWER_FACTOR * baseline):
+            self.counts["late answers"] += 1
+            self.overloaded("timeout", late_level)
+            return
         holds, ratio = self._latency[fresh].add(latency)
         if ratio > LATENCY_TOLERANCE:
             self._requests.slow_start = False  # the answers keep coming later: the server is queueing
@@ -337,17 +366,22 @@ class HostLimiter:
         window = self._connections
         if self.keeps_alive is None and not keeps_alive:
             window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
+            # every request a new connection: where the backlog overflows depends on how fast
+            # the server accepts them, not on a level it keeps, so after a slow connect the
+            # window grows back by one per round trip (not at once to just below that level)
+            window.regrow = False
         self.keeps_alive = keeps_alive
         window.release()
         if holds_latency:
             window.grow()
 
-    def connection_failed(self, slow: bool) -> None:
-        """A new connection failed before its first answer; ``slow``: its attempt timed out."""
+    def connection_failed(self, slow: bool, level: int | None = None) -> None:
+        """A new connection failed before its first answer; ``slow``: its attempt timed out, sent
+        while ``level`` connections were being opened (itself included; default: those now)."""
         window = self._connections
         if slow:
             self.counts["slow connects"] += 1
-            window.shrink(max(1, window.held), FAILURE_FACTOR, self._recovery())
+            window.shrink(max(1, level if level is not None else window.held), FAILURE_FACTOR, self._recovery())
         window.release()
 
     def __repr__(self) -> str:
@@ -361,12 +395,18 @@ class HostLimiter:
 _limiters: "weakref.WeakKeyDictionary[Any, dict[tuple[str, int], HostLimiter]]" = weakref.WeakKeyDictionary()
 
 
-def host_limiter(host: str, cap: int, loop: asyncio.AbstractEventLoop | None = None) -> HostLimiter:
+def host_limiter(
+    host: str, cap: int, loop: asyncio.AbstractEventLoop | None = None, *, initial: int | None = None,
+    slow_start: bool = True,
+) -> HostLimiter:  # fmt: skip
     """The limiter of ``host`` (``"https://example.org:443"``) for stores capped at ``cap``, on
-    ``loop`` (the running one by default); created on first use."""
+    ``loop`` (the running one by default); created on first use, with ``initial`` requests in
+    flight (default :data:`INITIAL_REQUESTS`), in slow start or not."""
     loop = loop or asyncio.get_running_loop()
     by_host = _limiters.setdefault(loop, {})
     limiter = by_host.get((host, cap))
     if limiter is None:
-        limiter = by_host[(host, cap)] = HostLimiter(host, cap)
+        limiter = by_host[(host, cap)] = HostLimiter(
+            host, cap, initial=INITIAL_REQUESTS if initial is None else initial, slow_start=slow_start
+        )
     return limiter

@@ -20,7 +20,7 @@ option                      default (environment variable)   what
 ``zarrx_timeout``           30 s (``ZARRX_TIMEOUT``)         longest wait for the next bytes of an answer
 ``zarrx_connect_timeout``   10 s                             longest wait for a connection
                             (``ZARRX_CONNECT_TIMEOUT``)
-``zarrx_request_deadline``  120 s                            longest a request may take, all its attempts
+``zarrx_request_deadline``  60 s                             longest a request may take, all its attempts
                             (``ZARRX_REQUEST_DEADLINE``)     and waits included
 ``zarrx_batch_deadline``    1800 s                           longest a batch of requests may take
                             (``ZARRX_BATCH_DEADLINE``)
@@ -80,7 +80,7 @@ DEFAULT_MAX_CONCURRENCY = 64
 DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_REQUEST_DEADLINE = 120.0
+DEFAULT_REQUEST_DEADLINE = 60.0
 DEFAULT_BATCH_DEADLINE = 1800.0
 DEFAULT_MAX_READ_SIZE = 128 * 2**20
 
@@ -235,6 +235,7 @@ def configure(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Remo
     HttpClientFactory(limit=100)
     """
     remote, options = split_storage_options(storage_options)
+    options = _without_asynchronous(options)
     if "::" not in url:
         match = _PROTOCOL.match(url)
         defaults = PROTOCOL_DEFAULTS.get(match[1].lower()) if match else None
@@ -247,6 +248,31 @@ def configure(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Remo
     if defaults is not None:
         options[protocol] = defaults(dict(options.get(protocol) or {}), remote)
     return remote, options
+
+
+#: options holding the options of another file system (a reference file system's target and
+#: remote ones); a chain's file systems take theirs under their protocol's key
+NESTED_OPTIONS = ("remote_options", "target_options")
+
+
+def _without_asynchronous(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without ``asynchronous``, at the top and in the nested options of
+    :data:`NESTED_OPTIONS` and of chained protocols: zarrx runs async file systems on fsspec's
+    loop itself, so the option zarr-python requires (``asynchronous=True``, also inside a
+    ``reference://`` URL's ``remote_options``) is taken and left out, as fsspec then gives it.
+
+    Examples
+    --------
+    >>> _without_asynchronous({"remote_protocol": "s3", "remote_options": {"asynchronous": True, "anon": True}})
+    {'remote_protocol': 's3', 'remote_options': {'anon': True}}
+    """
+    from fsspec import available_protocols
+
+    options = {name: value for name, value in options.items() if name != "asynchronous"}
+    for name, value in options.items():
+        if isinstance(value, Mapping) and (name in NESTED_OPTIONS or name in available_protocols()):
+            options[name] = _without_asynchronous(dict(value))
+    return options
 
 
 # -- HTTP: the retry aiohttp does not have, for fsspec's own requests -------------------------------

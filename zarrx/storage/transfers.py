@@ -213,7 +213,11 @@ class Transfers:
 
     def limiter(self, path: str) -> HostLimiter:
         """The limiter of ``path``'s host for this store's cap (call on the loop)."""
-        return host_limiter(self.reader.host(path), self.options.max_concurrency)
+        reader = self.reader
+        # a reader that does not see connections (a zarr-python store) starts where its library
+        # would, and grows one request per round trip (see HostLimiter.succeeded's late answers)
+        initial = getattr(reader, "initial_requests", None)
+        return host_limiter(reader.host(path), self.options.max_concurrency, initial=initial, slow_start=initial is None)
 
     def batch_size(self, method: str) -> dict[str, int]:
         """``{"batch_size": cap}`` when the file system's ``_<method>`` takes it (fsspec's batch
@@ -278,6 +282,16 @@ class Transfers:
         async def batch() -> list[Any]:
             deadline = self._batch_deadline()
             return await self._gather([self._write(path, value, deadline) for _, path, value in items])
+
+        return self.run(batch)
+
+    def send_many(self, requests: Sequence[tuple[str, Callable[[Attempt], Awaitable[Any]]]]) -> list[Any]:
+        """Send ``(path, send)`` requests, each ``send(attempt)`` through the path's limiter with
+        retries and deadlines, as reads are; one outcome per request (its result or the exception)."""
+
+        async def batch() -> list[Any]:
+            deadline = self._batch_deadline()
+            return await self._gather([self._request(path, deadline, send) for path, send in requests])
 
         return self.run(batch)
 
@@ -349,7 +363,8 @@ class Transfers:
                     # at the size the window had before the server showed overload
                     limiter.overloaded(overload, level)
             else:
-                limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0, attempt.fresh)
+                late = None if getattr(self.reader, "sees_connections", True) else attempt.in_flight
+                limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0, attempt.fresh, late)
                 return value
             finally:
                 limiter.release()
