@@ -303,8 +303,13 @@ class LocalStore(Store):
                 self._folder.delete_folder(prefix[:-1])
                 return
             # the whole store: every entry of the root but the metadata lock file, which another
-            # process may hold (a new file would let two processes lock at once)
-            for entry in self._folder.scan(""):
+            # process may hold (a new file would let two processes lock at once); a root that is
+            # not there yet holds nothing to delete
+            try:
+                entries = list(self._folder.scan(""))
+            except FileNotFoundError:
+                return
+            for entry in entries:
                 if entry.name == LOCK_NAME:
                     continue
                 self._folder.delete_folder(entry.name)  # a folder (a link: the link)
