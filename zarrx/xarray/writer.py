@@ -25,6 +25,13 @@ The steps are xarray's zarr engine's, with zarrx underneath:
 4. Consolidated metadata is written once all arrays exist (before data is written, which does
    not change metadata), and refreshed by any later write that changes metadata, so it never
    goes stale.
+5. A new hierarchy (modes ``w`` and ``w-``) is written through a
+   :class:`~zarrx.storage.staged.StagedStore`: the documents and NumPy-backed chunks of every
+   group are held, the checks before each write answered from what is held (the target was
+   found empty with one listing, or emptied), and everything is sent at the end in three
+   concurrent batches -- data, node documents, consolidated copies -- so writing a DataTree of
+   many groups takes a handful of sequential request rounds, not a few per node. Dask-backed
+   data is written after, straight to the store.
 
 Modes: ``w`` replaces the group, ``w-`` fails if it exists, ``a`` creates or updates (and with
 ``append_dim`` grows along it), ``a-`` appends without rewriting variables that lack
@@ -34,7 +41,8 @@ mode is ``a`` with ``append_dim``, ``r+`` with ``region``, else ``w-``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import contextlib
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Literal
 
 import dask
@@ -45,6 +53,7 @@ from zarrx.nodes.api import consolidate_metadata, open_group
 from zarrx.nodes.consolidated import batched_updates
 from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
+from zarrx.storage.staged import staged_writes
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
 from zarrx.xarray.validation import check_encoding_argument, check_names
@@ -164,11 +173,12 @@ def to_zarr(
     encoding = check_encoding_argument(encoding, dataset)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
-        target = open_target(zstore, group, mode, zarr_format)
-        DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
-    consolidate_after_write(zstore, consolidated, mode)
-    return _finish(target, options, compute, chunkmanager_store_kwargs)
+    with staged(zstore, group, mode) as wstore:
+        with batched_updates(wstore):  # consolidated copies rewritten once, not once per variable
+            target = open_target(wstore, group, mode, zarr_format)
+            DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
+        consolidate_after_write(wstore, consolidated, mode)
+    return _finish(_on(target, zstore), options, compute, chunkmanager_store_kwargs)
 
 
 def dataarray_to_zarr(array: DataArray, store: Any = None, *args: Any, **kwargs: Any) -> Group | Any:
@@ -236,19 +246,20 @@ def datatree_to_zarr(
         check_encoding_argument(encoding.get(node.path), node.to_dataset(inherit=True))
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
-        root = open_target(zstore, group, mode, zarr_format)
-        for relative, node in tree.subtree_with_keys:
-            at_root = node is tree
-            dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
-            target = root if at_root else _child_group(root, relative, mode)
-            # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
-            # only its new variables
-            node_append_dim = append_dim if append_dim in dataset.dims else None
-            writer = DatasetWriter(target, options, append_dim=node_append_dim)
-            writer.write(dataset, region=region, encoding=encoding.get(node.path))
-    consolidate_after_write(zstore, consolidated, mode)
-    return _finish(root, options, compute, chunkmanager_store_kwargs)
+    with staged(zstore, group, mode) as wstore:
+        with batched_updates(wstore):  # consolidated copies rewritten once, not once per variable
+            root = open_target(wstore, group, mode, zarr_format)
+            for relative, node in tree.subtree_with_keys:
+                at_root = node is tree
+                dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
+                target = root if at_root else _child_group(root, relative, mode)
+                # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-'
+                # adds only its new variables
+                node_append_dim = append_dim if append_dim in dataset.dims else None
+                writer = DatasetWriter(target, options, append_dim=node_append_dim)
+                writer.write(dataset, region=region, encoding=encoding.get(node.path))
+        consolidate_after_write(wstore, consolidated, mode)
+    return _finish(_on(root, zstore), options, compute, chunkmanager_store_kwargs)
 
 
 # -- opening the target ----------------------------------------------------------------------------
@@ -257,6 +268,25 @@ def open_target(store: Store, group: str | None, mode: str, zarr_format: int | N
     path = "" if group is None else str(group).strip("/")
     kwargs = {} if zarr_format is None else {"zarr_format": zarr_format}
     return open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
+
+
+@contextlib.contextmanager
+def staged(store: Store, group: str | None, mode: str) -> Iterator[Store]:
+    """The store a write in ``mode`` goes through: for a new hierarchy (``w``, ``w-``) a
+    :class:`~zarrx.storage.staged.StagedStore`, so the metadata documents and NumPy-backed chunks of
+    every node are sent in a few concurrent batches at the end (data, node documents, consolidated
+    copies last) instead of one request each; other modes change existing nodes and write directly."""
+    if mode not in ("w", "w-"):
+        yield store
+        return
+    path = "" if group is None else str(group).strip("/")
+    with staged_writes(store, f"{path}/" if path else "") as wstore:
+        yield wstore
+
+
+def _on(group: Group, store: Store) -> Group:
+    """``group`` over ``store`` itself (not the staging wrapper it was written through)."""
+    return group if group.store is store else Group(store, group.path, group.metadata)
 
 
 def _child_group(root: Group, relative: str, mode: str) -> Group:
