@@ -16,7 +16,9 @@ keeps an interrupted write safe (DESIGN.md, "Rules that keep data safe"):
 
 A prefix known to hold nothing in ``inner`` (one that was just deleted through the wrapper, or
 one given as ``empty``, which :func:`staged_writes` checks with one listing) is answered from the
-staged keys alone: reads there are no requests at all. Other reads go to ``inner``. Held data is
+staged keys alone: reads there are no requests at all. Other reads go to ``inner``, and the
+metadata documents among them are remembered (each node made below an existing group reads its
+ancestors' documents: once is enough within one write). Held data is
 sent early, in a batch of its own, once it passes :data:`FLUSH_DATA_BYTES`; deletes are passed on
 at once (none are needed under an empty prefix). After :meth:`flush` the wrapper passes
 everything through, so arrays made through it (and dask tasks writing their data later) write
@@ -90,6 +92,8 @@ class StagedStore(WrapperStore):
     def __init__(self, inner: Store, empty: Iterable[str] = ()) -> None:
         super().__init__(inner)
         self._staged: dict[str, bytes] = {}
+        #: metadata documents read from ``inner`` (an ancestor's, read before each node is made)
+        self._documents: dict[str, bytes | None] = {}
         self._empty: list[str] = list(empty)
         self._data_bytes = 0
         self._flushed = False
@@ -107,12 +111,24 @@ class StagedStore(WrapperStore):
 
     def _held(self, key: str) -> tuple[bool, bytes | None]:
         """(answered here, value) for a read of ``key``."""
+        if self._flushed:
+            return False, None
         with self._lock:
             if self._flushed:
                 return False, None
             if key in self._staged:
                 return True, self._staged[key]
+            if key in self._documents:
+                return True, self._documents[key]
             return self._absent(key), None
+
+    def _remember(self, values: Mapping[str, bytes | None]) -> None:
+        """Keep the metadata documents among ``values`` (whole values read from ``inner``)."""
+        with self._lock:
+            if not self._flushed:
+                for key, value in values.items():
+                    if _document_name(key) in METADATA_DOCUMENTS and key not in self._staged:
+                        self._documents[key] = value
 
     # -- reads ---------------------------------------------------------------------------------
     @property
@@ -126,7 +142,10 @@ class StagedStore(WrapperStore):
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         answered, value = self._held(key)
         if not answered:
-            return self.inner.get(key, byte_range)
+            if byte_range is not None:
+                return self.inner.get(key, byte_range)
+            value = self.inner.get(key)
+            self._remember({key: value})
         return None if value is None else slice_value(value, byte_range)
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
@@ -139,7 +158,9 @@ class StagedStore(WrapperStore):
             else:
                 others.append(key)
         if others:
-            found.update(bounded_get_many(self.inner, others, max_size))
+            values = bounded_get_many(self.inner, others, max_size)
+            self._remember(values)
+            found.update(values)
         return {key: found[key] for key in keys}
 
     def get_ranges(
@@ -162,7 +183,9 @@ class StagedStore(WrapperStore):
             if self._flushed:
                 return self.inner.list_prefix(prefix)
             held = {key for key in self._staged if key.startswith(prefix)}
-            listed = set() if self._absent(prefix) else set(self.inner.list_prefix(prefix))
+            absent = self._absent(prefix)
+        # the request outside the lock: listings from several threads go side by side
+        listed = set() if absent else set(self.inner.list_prefix(prefix))
         return iter(sorted(held | listed))
 
     def list_dir(self, prefix: str) -> list[str]:
@@ -172,7 +195,8 @@ class StagedStore(WrapperStore):
             if self._flushed:
                 return self.inner.list_dir(prefix)
             held = {key[len(prefix) :].partition("/")[0] for key in self._staged if key.startswith(prefix)}
-            listed = set() if self._absent(prefix) else set(self.inner.list_dir(prefix))
+            absent = self._absent(prefix)
+        listed = set() if absent else set(self.inner.list_dir(prefix))
         return sorted(held | listed)
 
     # -- writes --------------------------------------------------------------------------------
@@ -180,6 +204,8 @@ class StagedStore(WrapperStore):
         self.set_many({key: value})
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
+        if self._flushed:  # once set, never unset: no lock needed to see it, none taken for writers after it
+            return self.inner.set_many(items)
         with self._lock:
             if self._flushed:
                 return self.inner.set_many(items)
@@ -188,6 +214,7 @@ class StagedStore(WrapperStore):
                 if _document_name(key) not in METADATA_DOCUMENTS:
                     self._data_bytes += len(value)
                 self._staged[key] = value
+                self._documents.pop(key, None)
             if self._data_bytes > FLUSH_DATA_BYTES:
                 self._send_data()
 
@@ -200,16 +227,20 @@ class StagedStore(WrapperStore):
             if not self._flushed:
                 for key in keys:
                     self._staged.pop(key, None)
+                    self._documents.pop(key, None)
                 keys = [key for key in keys if not self._absent(key)]
         if keys:
             self.inner.delete_many(keys)
 
     def delete_prefix(self, prefix: str) -> None:
+        if self._flushed:
+            return self.inner.delete_prefix(prefix)
         with self._lock:
             if self._flushed:
                 return self.inner.delete_prefix(prefix)
-            for key in [key for key in self._staged if key.startswith(prefix)]:
-                del self._staged[key]
+            for held in (self._staged, self._documents):
+                for key in [key for key in held if key.startswith(prefix)]:
+                    del held[key]
             if not self._absent(prefix):
                 self.inner.delete_prefix(prefix)
                 if not prefix or prefix.endswith("/"):
@@ -240,6 +271,7 @@ class StagedStore(WrapperStore):
                         self.inner.set_many(batch)
             finally:
                 self._staged.clear()
+                self._documents.clear()
                 self._flushed = True
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -274,11 +306,14 @@ def staged_writes(store: Store, prefix: str = "") -> Iterator[StagedStore]:
     """
     empty: list[str] = []
     if store.supports_listing:
-        try:
-            if not store.list_dir(prefix):
-                empty.append(prefix)
-        except (StoreError, OSError):  # a store that cannot list this: its reads go through
-            pass
+        # an empty store (the usual target) is empty everywhere; else the target itself may be
+        for candidate in dict.fromkeys(["", prefix]):
+            try:
+                if not store.list_dir(candidate):
+                    empty.append(candidate)
+                    break
+            except (StoreError, OSError):  # a store that cannot list this: its reads go through
+                break
     staged = StagedStore(store, empty)
     try:
         yield staged
