@@ -23,6 +23,7 @@ import zarrx.xarray  # noqa: F401
 from zarrx.errors import ContainsGroupError
 from zarrx.storage import MemoryStore, MetricsStore
 from zarrx.storage.staged import StagedStore, staged_writes
+from zarrx.tools.display import tree_text
 
 from tests.counting import Wrapping
 
@@ -160,6 +161,22 @@ def test_group_members_walk_a_level_at_a_time():
     assert store.summary().rounds == 4
 
 
+def test_tree_text_reads_a_level_at_a_time():
+    rounds = {}
+    for groups in (10, 40):
+        store = _written(_tree(groups, depth=2), consolidated=False)
+        store.reset()
+        group = zarrx.open_group(store, use_consolidated=False)
+        store.reset()
+        assert group.tree().count("inner") == groups
+        rounds[groups] = store.summary().rounds
+        store.reset()
+        assert tree_text(group).count("inner") == groups  # what `zarrx tree` prints, bounded
+        rounds[groups, "zarrx tree"] = store.summary().rounds
+    # two rounds for each of three levels
+    assert rounds == {10: 6, 40: 6, (10, "zarrx tree"): 6, (40, "zarrx tree"): 6}
+
+
 # -- writing ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("consolidated", [True, False], ids=["consolidated", "plain"])
 def test_writing_a_tree_takes_the_same_rounds_for_10_and_40_groups(consolidated):
@@ -282,7 +299,9 @@ def test_metrics_count_overlapping_calls_as_one_round():
         thread.start()
     for thread in threads:
         thread.join()
-    assert store.summary().rounds == 1 and store.summary()["list_dir"].calls == 8
+    summary = store.summary()
+    assert summary.rounds == 1 and summary["list_dir"].calls == 8
+    assert LISTING_SECONDS <= summary.busy_seconds < 6 * LISTING_SECONDS  # waited once, not eight times
     store.list_dir("a/")
     store.get("a/b")
     assert store.summary().rounds == 3

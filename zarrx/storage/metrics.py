@@ -20,7 +20,8 @@ ends). ``rounds`` counts *sequential request rounds*: the times a call began whi
 call was in flight. Calls made one after another are a round each; calls that overlap --
 listings sent from several threads at once, dask tasks writing side by side -- are one round
 together. On a store with latency ``L`` per request a piece of code waits about
-``rounds * L``, whatever its ``calls`` (``summary().rounds``). The wrapper is thread-safe, so
+``rounds * L``, whatever its ``calls`` (``summary().rounds``); ``summary().busy_seconds`` is the
+wall time with at least one call in flight (what the code waited for the store). The wrapper is thread-safe, so
 dask's threads can share it; a pickled copy (a dask worker) starts from zero.
 """
 
@@ -64,10 +65,12 @@ class MetricsSummary(Mapping[str, OperationMetrics]):
     """A snapshot of :class:`MetricsStore`'s counters: ``summary[operation]`` for every
     operation that was used, totals as attributes, a table as ``str(summary)``."""
 
-    def __init__(self, operations: Mapping[str, OperationMetrics], rounds: int = 0) -> None:
+    def __init__(self, operations: Mapping[str, OperationMetrics], rounds: int = 0, busy_seconds: float = 0.0) -> None:
         self._operations = {name: operations[name] for name in OPERATIONS if operations[name].calls}
         #: sequential request rounds: calls that began while no other call was in flight
         self.rounds = rounds
+        #: wall time with at least one call in flight (overlapping calls counted once)
+        self.busy_seconds = busy_seconds
 
     def __getitem__(self, operation: str) -> OperationMetrics:
         if operation not in OPERATIONS:
@@ -165,27 +168,35 @@ class MetricsStore(WrapperStore):
         with self._lock:
             self._metrics = {name: OperationMetrics() for name in OPERATIONS}
             self._rounds = 0
+            self._busy = 0.0
             # calls in flight now (kept across a reset: a call that began before it still ends)
             self._in_flight = getattr(self, "_in_flight", 0)
+            self._busy_since = time.perf_counter()
 
     def summary(self) -> MetricsSummary:
         """A snapshot of the counters (later calls do not change it)."""
         with self._lock:
             operations = {name: OperationMetrics(**vars(m)) for name, m in self._metrics.items()}
-            return MetricsSummary(operations, self._rounds)
+            busy = self._busy + (time.perf_counter() - self._busy_since if self._in_flight else 0.0)
+            return MetricsSummary(operations, self._rounds, busy)
 
     def _begin(self) -> float:
         """Mark a call in flight (a new round when none was) and return its start time."""
+        started = time.perf_counter()
         with self._lock:
             if self._in_flight == 0:
                 self._rounds += 1
+                self._busy_since = started
             self._in_flight += 1
-        return time.perf_counter()
+        return started
 
     def _record(self, operation: str, started: float, requests: int, missing: int = 0, nbytes: int = 0) -> None:
-        elapsed = time.perf_counter() - started
+        ended = time.perf_counter()
+        elapsed = ended - started
         with self._lock:
             self._in_flight -= 1
+            if self._in_flight == 0:
+                self._busy += ended - self._busy_since
             self._metrics[operation] += OperationMetrics(1, requests, missing, nbytes, elapsed)
 
     # -- reading -------------------------------------------------------------------------------
