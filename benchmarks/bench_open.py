@@ -16,7 +16,9 @@ moto's S3 server (:mod:`tests.s3_server`, no added delay). Every open runs in a 
 Reported per open: seconds; for zarrx the **sequential request rounds** it made, counted by
 :class:`zarrx.storage.MetricsStore` (``summary().rounds``) and its requests; and for both
 libraries over HTTP the latency's cost in round trips, ``(seconds - local seconds) / delay``
-(what issue 32 measures). The **write** case writes the 40-group tree (NumPy-backed) with
+(what issue 32 measures) -- or, with ``--where`` including ``http0`` (the same server adding no
+delay), ``(seconds - seconds at 0 ms) / delay``, which leaves out the client's and the
+server's CPU time per request (on a loaded machine tens of milliseconds for a batch of 80). The **write** case writes the 40-group tree (NumPy-backed) with
 ``dt.zarrx.to_zarr`` and with ``DataTree.to_zarr`` (engine="zarr"), consolidated, to a fresh
 folder and to the S3 server.
 
@@ -50,7 +52,7 @@ from tests.http_server import ServerProcess  # noqa: E402
 LIBRARIES = ("zarrx", "zarr")
 BUCKET = "bench"
 S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
-WHERE = ("local", "http", "s3")
+WHERE = ("local", "http0", "http", "s3")
 
 
 # -- the data ----------------------------------------------------------------------------------------
@@ -183,9 +185,10 @@ def _title(name: str, kind: str, consolidated: bool) -> str:
 
 
 def table(results: dict[tuple[str, str, str], dict[str, Any]], names: dict[str, tuple[str, bool]], where: list[str], delay: float) -> str:
+    base = "HTTP 0 ms" if "http0" in where else "local"
     lines = [
         f"| store (written by xarray) | where | zarrx s | zarrx rounds (counted) | zarrx requests "
-        f"| zarrx round trips ((s - local) / {delay * 1000:g} ms) | engine=\"zarr\" s | engine=\"zarr\" round trips |",
+        f"| zarrx round trips ((s - {base}) / {delay * 1000:g} ms) | engine=\"zarr\" s | engine=\"zarr\" round trips |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, (kind, consolidated) in names.items():
@@ -194,9 +197,10 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], names: dict[str, 
                 continue
             ours, theirs = results[(name, place, "zarrx")], results[(name, place, "zarr")]
             trips = ["", ""]
-            if place == "http" and (name, "local", "zarrx") in results:
+            base = "http0" if (name, "http0", "zarrx") in results else "local"
+            if place == "http" and (name, base, "zarrx") in results:
                 trips = [
-                    f"{(run['seconds'] - results[(name, 'local', lib)]['seconds']) / delay:.0f}"
+                    f"{(run['seconds'] - results[(name, base, lib)]['seconds']) / delay:.0f}"
                     for run, lib in ((ours, "zarrx"), (theirs, "zarr"))
                 ]
             lines.append(
@@ -229,16 +233,18 @@ def run(groups: list[int], where: list[str], delay: float, repeat: int, write_gr
         write_stores(root, groups)
         servers: dict[str, ServerProcess] = {}
         try:
-            if "http" in where:
-                servers["http"] = ServerProcess(
-                    ["-m", "tests.http_server", str(root), "--delay", str(delay), "--backlog", "128"], cwd=REPO
-                )
+            for place, added in (("http", delay), ("http0", 0.0)):
+                if place in where:
+                    servers[place] = ServerProcess(
+                        ["-m", "tests.http_server", str(root), "--delay", str(added), "--backlog", "128"], cwd=REPO
+                    )
             if "s3" in where:
                 servers["s3"] = ServerProcess(["-m", "tests.s3_server"], cwd=REPO)
                 upload(root, servers["s3"].url)
             locations = {
                 "local": (lambda name: str(root / name), {}),
                 "http": (lambda name: f"{servers['http'].url}/{name}", {}),
+                "http0": (lambda name: f"{servers['http0'].url}/{name}", {}),
                 "s3": (lambda name: f"s3://{BUCKET}/{name}", {"endpoint_url": servers["s3"].url, **S3_CREDENTIALS} if "s3" in servers else {}),
             }
             for name, (kind, consolidated) in names.items():

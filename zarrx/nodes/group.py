@@ -187,14 +187,17 @@ class Group(Node[GroupMetadataLike]):
         depth = 0
         while level:
             remote = [(relative, group) for relative, group in level if group._consolidated is None]
-            read = list_children_many(self._store, [(group._path, group._format) for _, group in remote]) if remote else {}
+            pairs = [(group._path, group._format) for _, group in remote]
+            read = list_children_many(self._store, pairs) if remote else {}
             next_level: list[tuple[str, Group]] = []
             for relative, group in level:
                 documents = read[group._path] if group._consolidated is None else group._child_documents()
                 nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
                 found[relative] = nodes
                 next_level.extend(
-                    (f"{relative}/{name}" if relative else name, node) for name, node in nodes.items() if isinstance(node, Group)
+                    (f"{relative}/{name}" if relative else name, node)
+                    for name, node in nodes.items()
+                    if isinstance(node, Group)
                 )
             if max_depth is not None and depth >= max_depth:
                 break

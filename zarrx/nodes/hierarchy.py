@@ -22,8 +22,8 @@ Once a group is open its format is known, so its children are found with one lis
 batched read of their documents (:meth:`NodeFormat.list_children`), and one child with one
 batch (:meth:`NodeFormat.read_child`). The children of many groups -- a level of a hierarchy
 being walked -- take two rounds whatever their number (:func:`list_children_many`): every
-listing at once, then one batch of every child's documents. Each format is a :class:`NodeFormat`; :func:`format_of`
-picks the one a node's metadata belongs to.
+listing at once, then one batch of every child's documents. Each format is a
+:class:`NodeFormat`; :func:`format_of` picks the one a node's metadata belongs to.
 """
 
 from __future__ import annotations
@@ -78,7 +78,9 @@ class NodeFormat:
         when the format cannot say before reading (then :meth:`list_children` is used)."""
         return None
 
-    def parse_children(self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str) -> dict[str, NodeMetadata]:
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
         """The children's metadata from their documents (read for :meth:`child_keys`)."""
         raise NotImplementedError
 
@@ -106,7 +108,9 @@ class V3Format(NodeFormat):
         names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and is_node_name(name))
         return {name: [join_key(path, f"{name}/{ZARR_JSON}")] for name in names}
 
-    def parse_children(self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str) -> dict[str, NodeMetadata]:
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
         return {
             name: parse_node_metadata(documents[key], key)
             for name, (key,) in keys.items()
@@ -138,7 +142,9 @@ class V2Format(NodeFormat):
         )  # fmt: skip
         return {name: [join_key(path, f"{name}/{document}") for document in _V2_DOCUMENTS] for name in names}
 
-    def parse_children(self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str) -> dict[str, NodeMetadata]:
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
         children = {}
         for name in keys:
             child = join_key(path, name)
