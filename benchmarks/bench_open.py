@@ -13,8 +13,9 @@ moto's S3 server (:mod:`tests.s3_server`, no added delay). Every open runs in a 
 (the libraries' imports done before the clock starts; no warm connections, no learned concurrency), the best of
 ``--repeat`` runs (default 2), libraries interleaved.
 
-Reported per open: seconds; for zarrx the **sequential request rounds** it made, counted by
-:class:`zarrx.storage.MetricsStore` (``summary().rounds``) and its requests; and for both
+Reported per open: seconds; for zarrx the time it waited for the store and the **sequential
+request rounds** it made, counted by :class:`zarrx.storage.MetricsStore` (``summary().busy_seconds``,
+``summary().rounds``) and its requests; and for both
 libraries over HTTP the latency's cost in round trips, ``(seconds - local seconds) / delay``
 (what issue 32 measures) -- or, with ``--where`` including ``http0`` (the same server adding no
 delay), ``(seconds - seconds at 0 ms) / delay``, which leaves out the client's and the
@@ -50,6 +51,8 @@ sys.path.insert(0, str(REPO))  # the servers of the test suite
 from tests.http_server import ServerProcess  # noqa: E402
 
 LIBRARIES = ("zarrx", "zarr")
+#: a library not measured (``--libraries``)
+MISSING: dict[str, Any] = {}
 BUCKET = "bench"
 S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
 WHERE = ("local", "http0", "http", "s3")
@@ -187,27 +190,34 @@ def _title(name: str, kind: str, consolidated: bool) -> str:
 def table(results: dict[tuple[str, str, str], dict[str, Any]], names: dict[str, tuple[str, bool]], where: list[str], delay: float) -> str:
     base = "HTTP 0 ms" if "http0" in where else "local"
     lines = [
-        f"| store (written by xarray) | where | zarrx s | zarrx rounds (counted) | zarrx requests "
+        f"| store (written by xarray) | where | zarrx s | zarrx waiting for the store s | zarrx rounds (counted) "
+        f"| zarrx requests "
         f"| zarrx round trips ((s - {base}) / {delay * 1000:g} ms) | engine=\"zarr\" s | engine=\"zarr\" round trips |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, (kind, consolidated) in names.items():
         for place in where:
             if (name, place, "zarrx") not in results:
                 continue
-            ours, theirs = results[(name, place, "zarrx")], results[(name, place, "zarr")]
+            ours, theirs = results[(name, place, "zarrx")], results.get((name, place, "zarr"), MISSING)
             trips = ["", ""]
             base = "http0" if (name, "http0", "zarrx") in results else "local"
             if place == "http" and (name, base, "zarrx") in results:
                 trips = [
                     f"{(run['seconds'] - results[(name, base, lib)]['seconds']) / delay:.0f}"
+                    if (name, base, lib) in results and run is not MISSING
+                    else ""
                     for run, lib in ((ours, "zarrx"), (theirs, "zarr"))
                 ]
             lines.append(
-                f"| {_title(name, kind, consolidated)} | {place} | {ours['seconds']:.2f} | {ours['rounds']} | "
-                f"{ours['requests']} | {trips[0]} | {theirs['seconds']:.2f} | {trips[1]} |"
+                f"| {_title(name, kind, consolidated)} | {place} | {ours['seconds']:.2f} | {ours['store_seconds']:.2f} | "
+                f"{ours['rounds']} | {ours['requests']} | {trips[0]} | {_seconds(theirs)} | {trips[1]} |"
             )
     return "\n".join(lines)
+
+
+def _seconds(run: dict[str, Any]) -> str:
+    return "" if run is MISSING else f"{run['seconds']:.2f}"
 
 
 def write_table(results: dict[str, dict[str, Any]], groups: int) -> str:
@@ -217,13 +227,15 @@ def write_table(results: dict[str, dict[str, Any]], groups: int) -> str:
         "|---|---|---|---|---|",
     ]
     for place, runs in results.items():
-        ours, theirs = runs["zarrx"], runs["zarr"]
-        lines.append(f"| {place} | {ours['seconds']:.2f} | {ours['rounds']} | {ours['requests']} | {theirs['seconds']:.2f} |")
+        ours, theirs = runs["zarrx"], runs.get("zarr", MISSING)
+        lines.append(f"| {place} | {ours['seconds']:.2f} | {ours['rounds']} | {ours['requests']} | {_seconds(theirs)} |")
     return "\n".join(lines)
 
 
 # -- driving ---------------------------------------------------------------------------------------------
-def run(groups: list[int], where: list[str], delay: float, repeat: int, write_groups: int) -> str:
+def run(
+    groups: list[int], where: list[str], delay: float, repeat: int, write_groups: int, libraries: tuple[str, ...] = LIBRARIES
+) -> str:
     names = stores_for(groups)
     results: dict[tuple[str, str, str], dict[str, Any]] = {}
     writes: dict[str, dict[str, Any]] = {}
@@ -251,16 +263,16 @@ def run(groups: list[int], where: list[str], delay: float, repeat: int, write_gr
                 operation = "open_tree" if kind == "tree" else "open_dataset"
                 for place in where:
                     url_of, options = locations[place]
-                    for library in LIBRARIES:  # interleaved: each sees the same machine load
+                    for library in libraries:  # interleaved: each sees the same machine load
                         results[(name, place, library)] = best(
                             library, operation, url_of(name), options, consolidated, 0, repeat
                         )
                     print(f"  {name} {place}: " + ", ".join(
-                        f"{lib} {results[(name, place, lib)]['seconds']:.2f} s" for lib in LIBRARIES), file=sys.stderr)  # fmt: skip
+                        f"{lib} {results[(name, place, lib)]['seconds']:.2f} s" for lib in libraries), file=sys.stderr)  # fmt: skip
             for place in [p for p in where if p in ("local", "s3")]:
                 url_of, options = locations[place]
                 writes[place] = {}
-                for library in LIBRARIES:
+                for library in libraries:
                     runs = []
                     for _ in range(repeat):
                         target = f"written-{library}-{uuid.uuid4().hex[:8]}.zarr"
@@ -283,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay", type=float, default=None, help="seconds the HTTP server adds (default 0.02)")
     parser.add_argument("--repeat", type=int, default=None, help="fresh processes per measurement (best of)")
     parser.add_argument("--output", default=None, help="also write the tables to this file")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES), help="which to measure (default both)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--operation", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
@@ -300,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     where = (arguments.where or ("local,http" if smoke else ",".join(WHERE))).split(",")
     delay = arguments.delay if arguments.delay is not None else (0.002 if smoke else 0.02)
     repeat = arguments.repeat or (1 if smoke else 2)
-    report = run(groups, where, delay, repeat, write_groups=3 if smoke else 40)
+    libraries = tuple(arguments.libraries.split(","))
+    report = run(groups, where, delay, repeat, write_groups=3 if smoke else 40, libraries=libraries)
     print(report)
     if arguments.output:
         Path(arguments.output).write_text(report)

@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 _V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
 #: most store calls (listings) :func:`map_requests` makes side by side
-MAX_CONCURRENT_CALLS = 32
+MAX_CONCURRENT_CALLS = 64
 _FORMATS = (None, 2, 3)
 
 
