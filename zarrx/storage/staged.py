@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from zarrx.errors import StoreError
 from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges, slice_value
 
-__all__ = ["StagedStore", "staged_writes", "FLUSH_DATA_BYTES", "METADATA_DOCUMENTS"]
+__all__ = ["StagedStore", "staged_writes", "empty_prefixes", "FLUSH_DATA_BYTES", "METADATA_DOCUMENTS"]
 
 #: held data past this many bytes is sent at once (the documents wait for the end)
 FLUSH_DATA_BYTES = 64 * 2**20
@@ -274,6 +274,41 @@ class StagedStore(WrapperStore):
                 self._documents.clear()
                 self._flushed = True
 
+    # -- metadata updates from other processes (locks, conditional writes) --------------------------
+    # Held values are this process's own until the flush: while staging, updates of them are plain
+    # reads and writes here (a version is the value itself); afterwards the store's own apply.
+    @property
+    def conditional_writes(self) -> bool:
+        return bool(self._flushed and getattr(self.inner, "conditional_writes", False))
+
+    @property
+    def locks_metadata(self) -> bool:
+        return bool(self._flushed and getattr(self.inner, "locks_metadata", False))
+
+    def lock_metadata(self) -> Any:
+        lock = getattr(self.inner, "lock_metadata", None)
+        return lock() if self._flushed and lock is not None else contextlib.nullcontext()
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
+        if self._flushed:
+            return self.inner.get_versioned(key)
+        value = self.get(key)
+        return value, value
+
+    def set_if(self, key: str, value: bytes, version: Any) -> bool:
+        if self._flushed:
+            return self.inner.set_if(key, value, version)
+        with self._lock:
+            if self.get(key) != version:
+                return False
+            self.set(key, value)
+            return True
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the whole store is known to have held nothing (no other writer's documents)."""
+        return "" in self._empty
+
     def __reduce__(self) -> tuple[Any, ...]:
         # a copy in another process (a dask worker writing data after the flush) writes directly
         return (_restore, (self.inner,))
@@ -282,13 +317,28 @@ class StagedStore(WrapperStore):
         return f"StagedStore({self.inner!r}, {len(self._staged)} held)"
 
 
+def empty_prefixes(store: Store, prefix: str = "") -> list[str]:
+    """``[""]`` when ``store`` holds nothing, else ``[prefix]`` when nothing is under ``prefix``,
+    else ``[]`` -- found with a listing or two (none when the store cannot list)."""
+    if not store.supports_listing:
+        return []
+    for candidate in dict.fromkeys(["", prefix]):
+        try:
+            if not store.list_dir(candidate):
+                return [candidate]
+        except (StoreError, OSError):  # a store that cannot list this: its reads go through
+            return []
+    return []
+
+
 @contextlib.contextmanager
-def staged_writes(store: Store, prefix: str = "") -> Iterator[StagedStore]:
+def staged_writes(store: Store, prefix: str = "", empty: Iterable[str] | None = None) -> Iterator[StagedStore]:
     """``store`` wrapped in a :class:`StagedStore` for the block, flushed at its end (also when
     the block fails: what was written so far is kept, as without staging).
 
-    ``prefix`` (``"a/b/"``, ``""`` for the whole store) is where the block writes: one listing
-    of it tells whether it is empty, and then the block's reads there cost nothing.
+    ``prefix`` (``"a/b/"``, ``""`` for the whole store) is where the block writes: a listing
+    tells whether the store, or else the prefix, is empty (:func:`empty_prefixes`; or pass
+    ``empty``), and then the block's reads there cost nothing.
 
     Examples
     --------
@@ -304,17 +354,8 @@ def staged_writes(store: Store, prefix: str = "") -> Iterator[StagedStore]:
     >>> zarrx.open_group(inner)["b/x"][:]
     array([1, 1], dtype=int8)
     """
-    empty: list[str] = []
-    if store.supports_listing:
-        # an empty store (the usual target) is empty everywhere; else the target itself may be
-        for candidate in dict.fromkeys(["", prefix]):
-            try:
-                if not store.list_dir(candidate):
-                    empty.append(candidate)
-                    break
-            except (StoreError, OSError):  # a store that cannot list this: its reads go through
-                break
-    staged = StagedStore(store, empty)
+    # an empty store (the usual target) is empty everywhere; else the target itself may be
+    staged = StagedStore(store, empty_prefixes(store, prefix) if empty is None else empty)
     try:
         yield staged
     finally:

@@ -53,7 +53,7 @@ from zarrx.nodes.api import consolidate_metadata, open_group
 from zarrx.nodes.consolidated import batched_updates
 from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
-from zarrx.storage.staged import staged_writes
+from zarrx.storage.staged import empty_prefixes, staged_writes
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
 from zarrx.xarray.validation import check_encoding_argument, check_names
@@ -173,11 +173,9 @@ def to_zarr(
     encoding = check_encoding_argument(encoding, dataset)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with staged(zstore, group, mode) as wstore:
-        with batched_updates(wstore):  # consolidated copies rewritten once, not once per variable
-            target = open_target(wstore, group, mode, zarr_format)
-            DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
-        consolidate_after_write(wstore, consolidated, mode)
+    with writing(zstore, group, mode, consolidated) as wstore:
+        target = open_target(wstore, group, mode, zarr_format)
+        DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
     return _finish(_on(target, zstore), options, compute, chunkmanager_store_kwargs)
 
 
@@ -246,19 +244,17 @@ def datatree_to_zarr(
         check_encoding_argument(encoding.get(node.path), node.to_dataset(inherit=True))
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with staged(zstore, group, mode) as wstore:
-        with batched_updates(wstore):  # consolidated copies rewritten once, not once per variable
-            root = open_target(wstore, group, mode, zarr_format)
-            for relative, node in tree.subtree_with_keys:
-                at_root = node is tree
-                dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
-                target = root if at_root else _child_group(root, relative, mode)
-                # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-'
-                # adds only its new variables
-                node_append_dim = append_dim if append_dim in dataset.dims else None
-                writer = DatasetWriter(target, options, append_dim=node_append_dim)
-                writer.write(dataset, region=region, encoding=encoding.get(node.path))
-        consolidate_after_write(wstore, consolidated, mode)
+    with writing(zstore, group, mode, consolidated) as wstore:
+        root = open_target(wstore, group, mode, zarr_format)
+        for relative, node in tree.subtree_with_keys:
+            at_root = node is tree
+            dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
+            target = root if at_root else _child_group(root, relative, mode)
+            # a node without the append dimension has nothing to append: mode 'a' rewrites it, 'a-' adds
+            # only its new variables
+            node_append_dim = append_dim if append_dim in dataset.dims else None
+            writer = DatasetWriter(target, options, append_dim=node_append_dim)
+            writer.write(dataset, region=region, encoding=encoding.get(node.path))
     return _finish(_on(root, zstore), options, compute, chunkmanager_store_kwargs)
 
 
@@ -271,17 +267,34 @@ def open_target(store: Store, group: str | None, mode: str, zarr_format: int | N
 
 
 @contextlib.contextmanager
-def staged(store: Store, group: str | None, mode: str) -> Iterator[Store]:
-    """The store a write in ``mode`` goes through: for a new hierarchy (``w``, ``w-``) a
-    :class:`~zarrx.storage.staged.StagedStore`, so the metadata documents and NumPy-backed chunks of
-    every node are sent in a few concurrent batches at the end (data, node documents, consolidated
-    copies last) instead of one request each; other modes change existing nodes and write directly."""
+def writing(store: Store, group: str | None, mode: str, consolidated: bool | None) -> Iterator[Store]:
+    """The store a write in ``mode`` makes its nodes through; on leaving, the consolidated copies
+    are brought up to date once (not once per variable) and the consolidated metadata written.
+
+    A new hierarchy (``w``, ``w-``) is written through a :class:`~zarrx.storage.staged.StagedStore`:
+    the documents and NumPy-backed chunks of every node are sent in a few concurrent batches
+    (data, then node documents) instead of one request each. In a store that held nothing
+    (or that mode ``w`` replaces whole) no other writer's documents are involved, so the
+    consolidated copies are staged too and sent last; otherwise they are updated in the store
+    itself once the nodes are there, with the store's own protection of shared documents.
+    Other modes change existing nodes and write directly."""
     if mode not in ("w", "w-"):
-        yield store
+        with batched_updates(store):  # consolidated copies rewritten once, not once per variable
+            yield store
+        consolidate_after_write(store, consolidated, mode)
         return
     path = "" if group is None else str(group).strip("/")
-    with staged_writes(store, f"{path}/" if path else "") as wstore:
-        yield wstore
+    empty = empty_prefixes(store, f"{path}/" if path else "")
+    if "" in empty or (mode == "w" and not path):
+        with staged_writes(store, empty=empty) as wstore:
+            with batched_updates(wstore):
+                yield wstore
+            consolidate_after_write(wstore, consolidated, mode)
+        return
+    with batched_updates(store):  # outermost: the copies are updated after the flush, in the store
+        with staged_writes(store, empty=empty) as wstore:
+            yield wstore
+    consolidate_after_write(store, consolidated, mode)
 
 
 def _on(group: Group, store: Store) -> Group:
