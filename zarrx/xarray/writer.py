@@ -30,8 +30,10 @@ The steps are xarray's zarr engine's, with zarrx underneath:
    group are held, the checks before each write answered from what is held (the target was
    found empty with one listing, or emptied), and everything is sent at the end in three
    concurrent batches -- data, node documents, consolidated copies -- so writing a DataTree of
-   many groups takes a handful of sequential request rounds, not a few per node. Dask-backed
-   data is written after, straight to the store.
+   many groups takes a handful of sequential request rounds, not a few per node. (Into an
+   existing hierarchy the consolidated copies above the target are updated in the store itself
+   after the nodes are sent: other writers may share them.) Dask-backed data is written after,
+   straight to the store.
 
 Modes: ``w`` replaces the group, ``w-`` fails if it exists, ``a`` creates or updates (and with
 ``append_dim`` grows along it), ``a-`` appends without rewriting variables that lack
