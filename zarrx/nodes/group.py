@@ -2,7 +2,9 @@
 
 A :class:`Group` is a node whose children are arrays and groups. Children are
 found by listing the group's prefix and reading every candidate's metadata in
-one concurrent batch (``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
+one concurrent batch (a walk of many groups -- :meth:`Group.members` with ``max_depth``,
+:meth:`Group.descendants` -- lists every group of a level at once and reads all their
+children's documents in one batch) (``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
 v2, ``meta/root/…`` documents for the 2022 draft layout; see
 :mod:`zarrx.nodes.hierarchy`) -- or, when the group was opened from consolidated
 metadata, from that document alone without touching the store. Children are in
@@ -21,7 +23,7 @@ from zarrx.nodes import conveniences
 from zarrx.nodes.array import Array
 from zarrx.nodes.consolidated import update_copies
 from zarrx.nodes.create import new_array, new_group_metadata
-from zarrx.nodes.hierarchy import NodeFormat, format_of
+from zarrx.nodes.hierarchy import NodeFormat, format_of, list_children_many
 from zarrx.nodes.node import Node
 from zarrx.storage.paths import normalize_path
 from zarrx.storage.store import Store
@@ -158,15 +160,49 @@ class Group(Node[GroupMetadataLike]):
 
     def members(self, max_depth: int | None = 0) -> list[tuple[str, "Array | Group"]]:
         """``(name, node)`` for each child; with ``max_depth`` None (or > 0) also deeper
-        descendants, named by their path relative to this group."""
-        result = []
-        for name, metadata in self._child_documents().items():
-            node = self._node(self._child_path(name), metadata)
-            result.append((name, node))
-            if isinstance(node, Group) and (max_depth is None or max_depth > 0):
-                deeper = node.members(None if max_depth is None else max_depth - 1)
-                result.extend((f"{name}/{sub}", child) for sub, child in deeper)
+        descendants, named by their path relative to this group (depth first).
+
+        Deeper levels are read a level at a time: every group of a level listed at once and
+        their children's documents in one batch (two rounds per level, whatever the number of
+        groups; none when the group came from consolidated metadata)."""
+        children = self.descendants(max_depth)
+        result: list[tuple[str, Array | Group]] = []
+
+        def visit(relative: str) -> None:
+            for name, node in children.get(relative, {}).items():
+                path = f"{relative}/{name}" if relative else name
+                result.append((path, node))
+                if path in children:
+                    visit(path)
+
+        visit("")
         return result
+
+    def descendants(self, max_depth: int | None = None) -> dict[str, dict[str, "Array | Group"]]:
+        """The children of this group and of every group below it (down to ``max_depth`` levels
+        below the children; None: all), keyed by the group's path relative to this one ("" for
+        this group), each ``{name: node}`` -- read a level at a time (see :meth:`members`)."""
+        found: dict[str, dict[str, Array | Group]] = {}
+        level: list[tuple[str, Group]] = [("", self)]
+        depth = 0
+        while level:
+            remote = [(relative, group) for relative, group in level if group._consolidated is None]
+            pairs = [(group._path, group._format) for _, group in remote]
+            read = list_children_many(self._store, pairs) if remote else {}
+            next_level: list[tuple[str, Group]] = []
+            for relative, group in level:
+                documents = read[group._path] if group._consolidated is None else group._child_documents()
+                nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
+                found[relative] = nodes
+                next_level.extend(
+                    (f"{relative}/{name}" if relative else name, node)
+                    for name, node in nodes.items()
+                    if isinstance(node, Group)
+                )
+            if max_depth is not None and depth >= max_depth:
+                break
+            level, depth = next_level, depth + 1
+        return found
 
     def arrays(self) -> list[tuple[str, Array]]:
         return [(name, node) for name, node in self.members() if isinstance(node, Array)]

@@ -20,14 +20,17 @@ every v3 open; v3 is the format zarrx is for.) ``zarr_format=2`` reads only the 
 
 Once a group is open its format is known, so its children are found with one listing and one
 batched read of their documents (:meth:`NodeFormat.list_children`), and one child with one
-batch (:meth:`NodeFormat.read_child`). Each format is a :class:`NodeFormat`; :func:`format_of`
-picks the one a node's metadata belongs to.
+batch (:meth:`NodeFormat.read_child`). The children of many groups -- a level of a hierarchy
+being walked -- take two rounds whatever their number (:func:`list_children_many`): every
+listing at once, then one batch of every child's documents. Each format is a
+:class:`NodeFormat`; :func:`format_of` picks the one a node's metadata belongs to.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from zarrx.errors import MetadataError
 from zarrx.metadata.draft import (
@@ -43,9 +46,15 @@ from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA, ConsolidatedMet
 from zarrx.storage.paths import is_node_name, join_key
 from zarrx.storage.store import Store
 
-__all__ = ["read_node", "write_node", "format_of", "NodeFormat", "ZARR_JSON", "node_keys"]
+__all__ = [
+    "read_node", "write_node", "format_of", "NodeFormat", "ZARR_JSON", "node_keys", "list_children_many", "map_requests",
+]  # fmt: skip
+
+T = TypeVar("T")
 
 _V2_DOCUMENTS = (ZARRAY, ZGROUP, ZATTRS)
+#: most store calls (listings) :func:`map_requests` makes side by side
+MAX_CONCURRENT_CALLS = 64
 _FORMATS = (None, 2, 3)
 
 
@@ -64,6 +73,17 @@ class NodeFormat:
         """Metadata of the direct children of the group at ``path``, by name."""
         raise NotImplementedError
 
+    def child_keys(self, store: Store, path: str) -> dict[str, list[str]] | None:
+        """The documents to read for each child of the group at ``path`` (one listing), or None
+        when the format cannot say before reading (then :meth:`list_children` is used)."""
+        return None
+
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
+        """The children's metadata from their documents (read for :meth:`child_keys`)."""
+        raise NotImplementedError
+
     def parse_consolidated(self, entry: Any, path: str) -> NodeMetadata:
         """A child's metadata from an entry of its ancestor's consolidated metadata."""
         raise NotImplementedError
@@ -79,14 +99,21 @@ class V3Format(NodeFormat):
         return None if raw is None else parse_node_metadata(raw, key)
 
     def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
+        keys = self.child_keys(store, path)
+        return self.parse_children(store.get_many([key for ks in keys.values() for key in ks]), keys, path)
+
+    def child_keys(self, store: Store, path: str) -> dict[str, list[str]]:
         prefix = join_key(path, "")
         # names that cannot be nodes are not children, nor folders without a zarr.json
         names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and is_node_name(name))
-        keys = {name: join_key(path, f"{name}/{ZARR_JSON}") for name in names}
-        documents = store.get_many(list(keys.values()))
+        return {name: [join_key(path, f"{name}/{ZARR_JSON}")] for name in names}
+
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
         return {
             name: parse_node_metadata(documents[key], key)
-            for name, key in keys.items()
+            for name, (key,) in keys.items()
             if documents.get(key) is not None
         }
 
@@ -104,16 +131,23 @@ class V2Format(NodeFormat):
         return parse_v2_node({name: documents.get(key) for name, key in keys.items()}, path)
 
     def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
+        keys = self.child_keys(store, path)
+        return self.parse_children(store.get_many([key for ks in keys.values() for key in ks]), keys, path)
+
+    def child_keys(self, store: Store, path: str) -> dict[str, list[str]]:
         prefix = join_key(path, "")
         names = sorted(
             name for name in store.list_dir(prefix)
             if name not in (*_V2_DOCUMENTS, ZMETADATA, ZARR_JSON) and is_node_name(name)
         )  # fmt: skip
-        child_paths = {name: join_key(path, name) for name in names}
-        keys = [join_key(child, document) for child in child_paths.values() for document in _V2_DOCUMENTS]
-        documents = store.get_many(keys)
+        return {name: [join_key(path, f"{name}/{document}") for document in _V2_DOCUMENTS] for name in names}
+
+    def parse_children(
+        self, documents: Mapping[str, bytes | None], keys: Mapping[str, list[str]], path: str
+    ) -> dict[str, NodeMetadata]:
         children = {}
-        for name, child in child_paths.items():
+        for name in keys:
+            child = join_key(path, name)
             metadata = parse_v2_node({d: documents.get(join_key(child, d)) for d in _V2_DOCUMENTS}, child)
             if metadata is not None:
                 children[name] = metadata
@@ -175,6 +209,34 @@ class DraftFormat(NodeFormat):
 
 
 FORMATS: dict[int, NodeFormat] = {3: V3Format(), 2: V2Format()}
+
+
+def list_children_many(store: Store, groups: Sequence[tuple[str, NodeFormat]]) -> dict[str, dict[str, NodeMetadata]]:
+    """The children of several groups (``(path, format)`` pairs) by group path, in two rounds:
+    every group listed at once (concurrently on a remote store), then every child's documents in
+    one batch -- not a listing and a batch per group. Formats that cannot say which documents to
+    read before reading them (the draft layout) are listed one group at a time."""
+    paths = [path for path, _ in groups]
+    formats = dict(groups)
+    listed = map_requests(lambda path: formats[path].child_keys(store, path), paths, store)
+    keys = [key for path in paths if listed[path] is not None for names in listed[path].values() for key in names]
+    documents = store.get_many(keys) if keys else {}
+    return {
+        path: formats[path].list_children(store, path)
+        if listed[path] is None
+        else formats[path].parse_children(documents, listed[path], path)
+        for path in paths
+    }
+
+
+def map_requests(function: Callable[[str], T], items: Sequence[str], store: Store) -> dict[str, T]:
+    """``{item: function(item)}``, the calls made side by side when each is a request to a remote
+    store (one round trip for all), one after another on a local one."""
+    if len(items) < 2 or store.reads_are_local:
+        return {item: function(item) for item in items}
+    workers = min(len(items), MAX_CONCURRENT_CALLS)
+    with ThreadPoolExecutor(workers, thread_name_prefix="zarrx-requests") as pool:
+        return dict(zip(items, pool.map(function, items)))
 
 
 def format_of(metadata: NodeMetadata) -> NodeFormat:

@@ -23,15 +23,17 @@ from zarrx.storage.prefetch import PrefetchStore
 
 __all__ = ["read_together", "MAX_PREFETCH_BYTES"]
 
-#: more bytes than this (decoded) in the arrays, and read_together leaves them alone
+#: the most bytes (decoded) read_together fetches in one batch
 MAX_PREFETCH_BYTES = 64 * 2**20
 
 
 def read_together(arrays: Sequence[Array]) -> list[Array]:
     """The same arrays, read-only, whose stored objects all come in one batch on the first read.
 
-    Arrays on different stores get one :class:`~zarrx.storage.PrefetchStore` per store. Arrays
-    larger than :data:`MAX_PREFETCH_BYTES` in total, or a lone array, are returned unchanged.
+    Arrays on different stores get one :class:`~zarrx.storage.PrefetchStore` per store, and
+    those of one store more than one when they hold more than :data:`MAX_PREFETCH_BYTES` in all
+    (each batch fetched on the first read of one of its arrays). A lone array, or one larger than
+    that alone, is returned unchanged.
 
     Examples
     --------
@@ -47,9 +49,9 @@ def read_together(arrays: Sequence[Array]) -> list[Array]:
     for position, array in enumerate(arrays):
         by_store.setdefault(id(array.store), []).append(position)
     result = list(arrays)
-    for positions in by_store.values():
+    for positions in (pack for positions in by_store.values() for pack in _packs(arrays, positions)):
         members = [arrays[p] for p in positions]
-        if len(members) < 2 or sum(a.nbytes for a in members) > MAX_PREFETCH_BYTES:
+        if len(members) < 2:
             continue
         # a whole-array read touches every chunk, or every shard whole
         keys = {
@@ -61,3 +63,18 @@ def read_together(arrays: Sequence[Array]) -> list[Array]:
         for position, array in zip(positions, members):
             result[position] = Array(store, array.path, array.metadata, read_only=True)
     return result
+
+
+def _packs(arrays: Sequence[Array], positions: list[int]) -> list[list[int]]:
+    """``positions`` in runs of at most :data:`MAX_PREFETCH_BYTES` (decoded) each, in order; an
+    array larger than that is a run of its own."""
+    packs: list[list[int]] = [[]]
+    size = 0
+    for position in positions:
+        nbytes = arrays[position].nbytes
+        if packs[-1] and size + nbytes > MAX_PREFETCH_BYTES:
+            packs.append([])
+            size = 0
+        packs[-1].append(position)
+        size += nbytes
+    return packs

@@ -14,11 +14,15 @@ code makes, in tests and in notebooks::
     store.reset()
 
 A *call* is one round of requests (a batch for the ``*_many``/``get_ranges`` methods,
-which remote stores send concurrently), so ``calls`` counts sequential round trips and
-``requests`` counts the requests a server sees (for stores that map one key to one
-request; listing may take several requests on some back ends). The wrapper is
-thread-safe, so dask's threads can share it; a pickled copy (a dask worker) starts from
-zero.
+which remote stores send concurrently), and ``requests`` counts the requests a server sees
+(for stores that map one key to one request; listing may take several requests on some back
+ends). ``rounds`` counts *sequential request rounds*: the times a call began while no other
+call was in flight. Calls made one after another are a round each; calls that overlap --
+listings sent from several threads at once, dask tasks writing side by side -- are one round
+together. On a store with latency ``L`` per request a piece of code waits about
+``rounds * L``, whatever its ``calls`` (``summary().rounds``); ``summary().busy_seconds`` is the
+wall time with at least one call in flight (what the code waited for the store). The wrapper is thread-safe, so
+dask's threads can share it; a pickled copy (a dask worker) starts from zero.
 """
 
 from __future__ import annotations
@@ -61,8 +65,12 @@ class MetricsSummary(Mapping[str, OperationMetrics]):
     """A snapshot of :class:`MetricsStore`'s counters: ``summary[operation]`` for every
     operation that was used, totals as attributes, a table as ``str(summary)``."""
 
-    def __init__(self, operations: Mapping[str, OperationMetrics]) -> None:
+    def __init__(self, operations: Mapping[str, OperationMetrics], rounds: int = 0, busy_seconds: float = 0.0) -> None:
         self._operations = {name: operations[name] for name in OPERATIONS if operations[name].calls}
+        #: sequential request rounds: calls that began while no other call was in flight
+        self.rounds = rounds
+        #: wall time with at least one call in flight (overlapping calls counted once)
+        self.busy_seconds = busy_seconds
 
     def __getitem__(self, operation: str) -> OperationMetrics:
         if operation not in OPERATIONS:
@@ -123,7 +131,7 @@ class MetricsSummary(Mapping[str, OperationMetrics]):
 
     def __repr__(self) -> str:
         return (
-            f"MetricsSummary(calls={self.calls}, requests={self.requests}, "
+            f"MetricsSummary(rounds={self.rounds}, calls={self.calls}, requests={self.requests}, "
             f"bytes_read={self.bytes_read}, bytes_written={self.bytes_written})"
         )
 
@@ -146,6 +154,8 @@ class MetricsStore(WrapperStore):
     >>> metrics = store.summary()["get_many"]
     >>> metrics.calls, metrics.requests, metrics.missing, metrics.bytes
     (1, 3, 1, 5)
+    >>> store.summary().rounds  # set_many, then get_many: two sequential rounds
+    2
     """
 
     def __init__(self, inner: Store) -> None:
@@ -157,20 +167,41 @@ class MetricsStore(WrapperStore):
         """Set every counter back to zero."""
         with self._lock:
             self._metrics = {name: OperationMetrics() for name in OPERATIONS}
+            self._rounds = 0
+            self._busy = 0.0
+            # calls in flight now (kept across a reset: a call that began before it still ends)
+            self._in_flight = getattr(self, "_in_flight", 0)
+            self._busy_since = time.perf_counter()
 
     def summary(self) -> MetricsSummary:
         """A snapshot of the counters (later calls do not change it)."""
         with self._lock:
-            return MetricsSummary({name: OperationMetrics(**vars(m)) for name, m in self._metrics.items()})
+            operations = {name: OperationMetrics(**vars(m)) for name, m in self._metrics.items()}
+            busy = self._busy + (time.perf_counter() - self._busy_since if self._in_flight else 0.0)
+            return MetricsSummary(operations, self._rounds, busy)
+
+    def _begin(self) -> float:
+        """Mark a call in flight (a new round when none was) and return its start time."""
+        started = time.perf_counter()
+        with self._lock:
+            if self._in_flight == 0:
+                self._rounds += 1
+                self._busy_since = started
+            self._in_flight += 1
+        return started
 
     def _record(self, operation: str, started: float, requests: int, missing: int = 0, nbytes: int = 0) -> None:
-        elapsed = time.perf_counter() - started
+        ended = time.perf_counter()
+        elapsed = ended - started
         with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._busy += ended - self._busy_since
             self._metrics[operation] += OperationMetrics(1, requests, missing, nbytes, elapsed)
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
-        started = time.perf_counter()
+        started = self._begin()
         value = None
         try:
             value = self.inner.get(key, byte_range)
@@ -179,7 +210,7 @@ class MetricsStore(WrapperStore):
             self._record("get", started, 1, value is None, len(value) if value is not None else 0)
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
-        started = time.perf_counter()
+        started = self._begin()
         values: dict[str, bytes | None] = {}
         try:
             values = bounded_get_many(self.inner, keys, max_size)
@@ -191,7 +222,7 @@ class MetricsStore(WrapperStore):
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
     ) -> list[bytes | None]:
-        started = time.perf_counter()
+        started = self._begin()
         values: list[bytes | None] = []
         try:
             values = bounded_get_ranges(self.inner, requests, max_size)
@@ -201,7 +232,7 @@ class MetricsStore(WrapperStore):
             self._record("get_ranges", started, len(requests), len(values) - len(found), sum(map(len, found)))
 
     def exists(self, key: str) -> bool:
-        started = time.perf_counter()
+        started = self._begin()
         found = False
         try:
             found = self.inner.exists(key)
@@ -211,14 +242,14 @@ class MetricsStore(WrapperStore):
 
     # -- writing -------------------------------------------------------------------------------
     def set(self, key: str, value: bytes) -> None:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             self.inner.set(key, value)
         finally:
             self._record("set", started, 1, nbytes=memoryview(value).nbytes)
 
     def set_many(self, items: Mapping[str, bytes]) -> None:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             self.inner.set_many(items)
         finally:
@@ -226,7 +257,7 @@ class MetricsStore(WrapperStore):
             self._record("set_many", started, len(items), nbytes=nbytes)
 
     def delete(self, key: str) -> None:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             self.inner.delete(key)
         finally:
@@ -234,14 +265,14 @@ class MetricsStore(WrapperStore):
 
     def delete_many(self, keys: Iterable[str]) -> None:
         keys = list(keys)
-        started = time.perf_counter()
+        started = self._begin()
         try:
             self.inner.delete_many(keys)
         finally:
             self._record("delete_many", started, len(keys))
 
     def delete_prefix(self, prefix: str) -> None:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             self.inner.delete_prefix(prefix)
         finally:
@@ -249,7 +280,7 @@ class MetricsStore(WrapperStore):
 
     # -- listing -------------------------------------------------------------------------------
     def list_prefix(self, prefix: str) -> Iterator[str]:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             keys = list(self.inner.list_prefix(prefix))
         finally:
@@ -257,7 +288,7 @@ class MetricsStore(WrapperStore):
         return iter(keys)
 
     def list_dir(self, prefix: str) -> list[str]:
-        started = time.perf_counter()
+        started = self._begin()
         try:
             return self.inner.list_dir(prefix)
         finally:

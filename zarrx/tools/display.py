@@ -33,6 +33,7 @@ from zarrx.errors import ZarrxError
 from zarrx.nodes import conveniences
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
+from zarrx.nodes.hierarchy import list_children_many
 from zarrx.sizes import human_bytes
 
 __all__ = [
@@ -264,6 +265,7 @@ def walk(
     """The hierarchy below ``node``: at most ``max_children`` per group, ``max_nodes`` in all
     (depth first), and groups ``max_depth`` levels down (None: no bound)."""
     budget = [math.inf if max_nodes is None else max_nodes]
+    read = _read_levels(node, max_depth, max_children, budget[0])
 
     def visit(name: str, current: Any, depth: int) -> TreeEntry:
         entry = TreeEntry(name, current)
@@ -273,7 +275,9 @@ def walk(
             entry.truncated = True
             return entry
         try:
-            documents = current._child_documents()
+            documents = read.pop(current.path, None)
+            if documents is None:
+                documents = current._child_documents()
         except ZarrxError as error:
             entry.error = " ".join(str(error).split())
             return entry
@@ -288,6 +292,33 @@ def walk(
         return entry
 
     return visit(node.name, node, 0)
+
+
+def _read_levels(node: Any, max_depth: int | None, max_children: int | None, budget: float) -> dict[str, Any]:
+    """The child documents of the groups a walk will visit, by group path, read a level at a time
+    (every group of a level listed at once, their children's documents in one batch) while the
+    nodes found fit ``budget``. Groups from consolidated metadata need no reading; a level that
+    fails is left to the walk, which reads it group by group and reports the failing one."""
+    found: dict[str, Any] = {}
+    level = [node] if _is_group(node) and not node.is_consolidated else []
+    depth, seen = 0, 0
+    while level and (max_depth is None or depth < max_depth) and seen < budget:
+        try:
+            read = list_children_many(level[0].store, [(group._path, group._format) for group in level])
+        except ZarrxError:
+            break
+        next_level = []
+        for group in level:
+            documents = found[group.path] = read[group._path]
+            names = list(documents) if max_children is None else list(documents)[:max_children]
+            seen += len(names)
+            next_level += [
+                group._node(group._child_path(name), documents[name])
+                for name in names
+                if documents[name].node_type == "group"
+            ]
+        level, depth = next_level, depth + 1
+    return found
 
 
 def errors(entry: TreeEntry) -> list[TreeEntry]:
@@ -442,19 +473,21 @@ def node_html(node: Any, **limits: Any) -> str:
 
 def group_tree(group: Group) -> str:
     """``group.tree()``: every node below the group, one per line, unbounded; a group whose
-    members cannot be read raises (``zarrx tree`` shows it instead)."""
+    members cannot be read raises (``zarrx tree`` shows it instead). The hierarchy is read a level
+    at a time (:meth:`zarrx.Group.descendants`)."""
     lines = [group.name]
+    found = group.descendants()
 
-    def visit(current: Group, indent: str) -> None:
-        children = current.members()
+    def visit(relative: str, indent: str) -> None:
+        children = list(found.get(relative, {}).items())
         for position, (name, node) in enumerate(children):
             last = position == len(children) - 1
             branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
             lines.append(f"{indent}{branch}{summary(node, name)}")
             if isinstance(node, Group):
-                visit(node, indent + extension)
+                visit(f"{relative}/{name}" if relative else name, indent + extension)
 
-    visit(group, "")
+    visit("", "")
     return "\n".join(lines)
 
 

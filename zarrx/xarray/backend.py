@@ -24,6 +24,13 @@ The backend is an adapter, nothing more:
 * Dimension coordinates, which xarray reads one by one to build its indexes, are read
   together (:func:`zarrx.nodes.prefetch.read_together`): the first read fetches all their chunks in
   one batch, so opening a dataset costs one round trip for them, not one each.
+* A DataTree (``open_datatree``, ``open_groups``) is planned before anything is decoded: the
+  hierarchy is read a level at a time (from consolidated metadata: no request; otherwise every
+  group of a level listed at once, then all their children's documents in one batch), then the
+  dimension coordinates of *every* group come in one batch
+  (:func:`zarrx.xarray.store.read_indexes_together`). An open costs a few round trips per level
+  of nesting, not a few per group; wrap the store in :class:`zarrx.storage.MetricsStore` to count
+  them (``summary().rounds``).
 
 Where zarrx differs from ``engine="zarr"`` on purpose: ``preferred_chunks`` are the shards of
 a sharded array (dask tasks then never share a stored object), ``use_zarr_fill_value_as_mask``
@@ -358,7 +365,12 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
         """Every group at or below ``group`` as a Dataset, keyed ``"/"``, ``"/a"``, ``"/a/b"`` ...
         relative to ``group``. ``open_options`` are :func:`open_data_store`'s (``group``, ``mode``,
         ``consolidated``, ``cache_members``, ...)."""
+        from zarrx.xarray.store import read_indexes_together
+
         root = open_data_store(filename_or_obj, drop_variables=drop_variables, **open_options)
+        # the hierarchy first (a level at a time), then the indexes of every group in one batch
+        stores = list(root.walk())
+        read_indexes_together(store for _, store in stores)
         return {
             path: _decode(
                 store,
@@ -370,7 +382,7 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
                 use_cftime=use_cftime,
                 decode_timedelta=decode_timedelta,
             )
-            for path, store in root.walk()
+            for path, store in stores
         }
 
     def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:

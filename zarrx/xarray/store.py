@@ -43,6 +43,7 @@ __all__ = [
     "ZarrxBackendArray",
     "ZarrxDataStore",
     "dimensions_and_attributes",
+    "read_indexes_together",
 ]
 
 #: the attribute xarray stores Zarr v2 dimension names in
@@ -197,7 +198,9 @@ class ZarrxDataStore(AbstractDataStore):
         to see arrays another writer adds meanwhile.
     """
 
-    __slots__ = ("group", "use_zarr_fill_value_as_mask", "cache_members", "_drop", "_members", "_codec_encodings")
+    __slots__ = (
+        "group", "use_zarr_fill_value_as_mask", "cache_members", "_drop", "_members", "_codec_encodings", "_indexes",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -216,6 +219,8 @@ class ZarrxDataStore(AbstractDataStore):
         self._members: dict[str, Array | Group] | None = None
         #: codec_encoding by pipeline: the variables of a store mostly share one parsed pipeline
         self._codec_encodings: dict[int, tuple[Any, dict[str, Any]]] = {}
+        #: the index arrays over a store shared with other groups' (:func:`read_indexes_together`)
+        self._indexes: dict[str, Array] | None = None
 
     @property
     def zarr_format(self) -> int:
@@ -270,13 +275,26 @@ class ZarrxDataStore(AbstractDataStore):
             cached = self._codec_encodings[key] = (pipeline, codec_encoding(array))
         return dict(cached[1])
 
+    def index_arrays(self) -> dict[str, Array]:
+        """The arrays xarray reads whole when it opens the group: its dimension coordinates
+        (which become indexes), those not dropped."""
+        return {
+            name: array
+            for name, array in self.arrays.items()
+            if name not in self._drop and _is_dimension_coordinate(name, array)
+        }
+
     def get_variables(self) -> Mapping[str, Variable]:
         self.get_dimensions()  # conflicting lengths: a zarrx error naming them, not xarray's bare ValueError
         arrays = {name: array for name, array in self.arrays.items() if name not in self._drop}
         # xarray reads every dimension coordinate to build its indexes, one after another:
-        # the first of those reads fetches them all in one batch (one round trip, not one each)
-        indexes = [name for name, array in arrays.items() if _is_dimension_coordinate(name, array)]
-        arrays.update(zip(indexes, read_together([arrays[name] for name in indexes])))
+        # the first of those reads fetches them all in one batch (one round trip, not one each) --
+        # with those of the other groups of a tree when the store was given them
+        indexes = self._indexes
+        if indexes is None or not self.cache_members:
+            names = list(self.index_arrays())
+            indexes = dict(zip(names, read_together([arrays[name] for name in names])))
+        arrays.update((name, array) for name, array in indexes.items() if name in arrays)
         return MappingProxyType(
             {_variable_key(name, array): self.open_store_variable(name, array) for name, array in arrays.items()}
         )
@@ -306,7 +324,18 @@ class ZarrxDataStore(AbstractDataStore):
         return {dim: length for dim, (length, _) in dimensions.items()}
 
     def walk(self, path: str = "/") -> Iterator[tuple[str, "ZarrxDataStore"]]:
-        """``(path, store)`` for this group and every group below it, depth first."""
+        """``(path, store)`` for this group and every group below it, depth first.
+
+        The hierarchy is read first, a level at a time (:meth:`zarrx.Group.descendants`: two
+        rounds of requests per level, none from consolidated metadata)."""
+        members = self.group.descendants() if self._members is None or not self.cache_members else None
+        yield from self._walk(path, "", members)
+
+    def _walk(
+        self, path: str, relative: str, members: dict[str, dict[str, Array | Group]] | None
+    ) -> Iterator[tuple[str, "ZarrxDataStore"]]:
+        if members is not None:
+            self._members = members.get(relative, {})
         yield path, self
         for name, child in self.groups.items():
             store = ZarrxDataStore(
@@ -315,4 +344,33 @@ class ZarrxDataStore(AbstractDataStore):
                 drop_variables=self._drop,
                 cache_members=self.cache_members,
             )
-            yield from store.walk(f"{path.rstrip('/')}/{name}")
+            yield from store._walk(f"{path.rstrip('/')}/{name}", f"{relative}/{name}" if relative else name, members)
+
+
+def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
+    """Give ``stores`` (the groups of a tree) their index arrays over one shared prefetch: the
+    first index xarray reads fetches the indexes of every group in one batch.
+
+    Examples
+    --------
+    >>> import numpy as np, zarrx
+    >>> from zarrx.storage import MemoryStore, MetricsStore
+    >>> store = MetricsStore(MemoryStore())
+    >>> root = zarrx.create_group(store)
+    >>> for group in ("a", "b", "c"):
+    ...     root.create_array(f"{group}/x", shape=(3,), dtype="i4", dimension_names=["x"])[:] = np.arange(3)
+    >>> stores = [data_store for _, data_store in ZarrxDataStore(zarrx.open_group(store)).walk()]
+    >>> read_indexes_together(stores)
+    >>> store.reset()
+    >>> [data_store.get_variables()["x"].values.tolist() for data_store in stores[1:]]
+    [[0, 1, 2], [0, 1, 2], [0, 1, 2]]
+    >>> store.summary().rounds  # the three coordinates: one batch
+    1
+    """
+    stores = list(stores)
+    indexes = [(store, name, array) for store in stores for name, array in store.index_arrays().items()]
+    together = read_together([array for _, _, array in indexes])
+    for store in stores:
+        store._indexes = {}
+    for (store, name, _), array in zip(indexes, together):
+        store._indexes[name] = array

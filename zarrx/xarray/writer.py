@@ -26,6 +26,15 @@ The steps are xarray's zarr engine's, with zarrx underneath:
 4. Consolidated metadata is written once all arrays exist (before data is written, which does
    not change metadata), and refreshed by any later write that changes metadata, so it never
    goes stale.
+5. A new hierarchy (modes ``w`` and ``w-``) is written through a
+   :class:`~zarrx.storage.staged.StagedStore`: the documents and NumPy-backed chunks of every
+   group are held, the checks before each write answered from what is held (the target was
+   found empty with one listing, or emptied), and everything is sent at the end in three
+   concurrent batches -- data, node documents, consolidated copies -- so writing a DataTree of
+   many groups takes a handful of sequential request rounds, not a few per node. (Into an
+   existing hierarchy the consolidated copies above the target are updated in the store itself
+   after the nodes are sent: other writers may share them.) Dask-backed data is written after,
+   straight to the store.
 
 Modes: ``w`` replaces the group, ``w-`` fails if it exists, ``a`` creates or updates (and with
 ``append_dim`` grows along it), ``a-`` appends without rewriting variables that lack
@@ -35,7 +44,8 @@ mode is ``a`` with ``append_dim``, ``r+`` with ``region``, else ``w-``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import contextlib
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Literal
 
 import dask
@@ -46,6 +56,7 @@ from zarrx.nodes.api import consolidate_metadata, open_group
 from zarrx.nodes.consolidated import batched_updates
 from zarrx.nodes.group import Group
 from zarrx.storage import MODES as STORE_MODES, make_store
+from zarrx.storage.staged import empty_prefixes, staged_writes
 from zarrx.storage.store import Store
 from zarrx.xarray.dataset_writer import DatasetWriter, WriteOptions
 from zarrx.xarray.validation import check_encoding_argument, check_names
@@ -165,11 +176,10 @@ def to_zarr(
     encoding = check_encoding_argument(encoding, dataset)
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
-        target = open_target(zstore, group, mode, zarr_format)
+    with writing(zstore, group, mode, consolidated) as wstore:
+        target = open_target(wstore, group, mode, zarr_format)
         DatasetWriter(target, options, append_dim=append_dim).write(dataset, region=region, encoding=encoding)
-    consolidate_after_write(zstore, consolidated, mode)
-    return _finish(target, options, compute, chunkmanager_store_kwargs)
+    return _finish(_on(target, zstore), options, compute, chunkmanager_store_kwargs)
 
 
 def dataarray_to_zarr(array: DataArray, store: Any = None, *args: Any, **kwargs: Any) -> Group | Any:
@@ -237,8 +247,8 @@ def datatree_to_zarr(
         check_encoding_argument(encoding.get(node.path), node.to_dataset(inherit=True))
     options = WriteOptions(mode, append_dim, safe_chunks, align_chunks, write_empty_chunks, rectilinear=rectilinear)
     zstore = make_store(store, mode="a" if mode == "a-" else mode, storage_options=storage_options)
-    with batched_updates(zstore):  # consolidated copies rewritten once, not once per variable
-        root = open_target(zstore, group, mode, zarr_format)
+    with writing(zstore, group, mode, consolidated) as wstore:
+        root = open_target(wstore, group, mode, zarr_format)
         for relative, node in tree.subtree_with_keys:
             at_root = node is tree
             dataset = node.to_dataset(inherit=write_inherited_coords or at_root)
@@ -248,8 +258,7 @@ def datatree_to_zarr(
             node_append_dim = append_dim if append_dim in dataset.dims else None
             writer = DatasetWriter(target, options, append_dim=node_append_dim)
             writer.write(dataset, region=region, encoding=encoding.get(node.path))
-    consolidate_after_write(zstore, consolidated, mode)
-    return _finish(root, options, compute, chunkmanager_store_kwargs)
+    return _finish(_on(root, zstore), options, compute, chunkmanager_store_kwargs)
 
 
 # -- opening the target ----------------------------------------------------------------------------
@@ -258,6 +267,42 @@ def open_target(store: Store, group: str | None, mode: str, zarr_format: int | N
     path = "" if group is None else str(group).strip("/")
     kwargs = {} if zarr_format is None else {"zarr_format": zarr_format}
     return open_group(store, path, mode="a" if mode == "a-" else mode, **kwargs)
+
+
+@contextlib.contextmanager
+def writing(store: Store, group: str | None, mode: str, consolidated: bool | None) -> Iterator[Store]:
+    """The store a write in ``mode`` makes its nodes through; on leaving, the consolidated copies
+    are brought up to date once (not once per variable) and the consolidated metadata written.
+
+    A new hierarchy (``w``, ``w-``) is written through a :class:`~zarrx.storage.staged.StagedStore`:
+    the documents and NumPy-backed chunks of every node are sent in a few concurrent batches
+    (data, then node documents) instead of one request each. In a store that held nothing
+    (or that mode ``w`` replaces whole) no other writer's documents are involved, so the
+    consolidated copies are staged too and sent last; otherwise they are updated in the store
+    itself once the nodes are there, with the store's own protection of shared documents.
+    Other modes change existing nodes and write directly."""
+    if mode not in ("w", "w-"):
+        with batched_updates(store):  # consolidated copies rewritten once, not once per variable
+            yield store
+        consolidate_after_write(store, consolidated, mode)
+        return
+    path = "" if group is None else str(group).strip("/")
+    empty = empty_prefixes(store, f"{path}/" if path else "")
+    if "" in empty or (mode == "w" and not path):
+        with staged_writes(store, empty=empty) as wstore:
+            with batched_updates(wstore):
+                yield wstore
+            consolidate_after_write(wstore, consolidated, mode)
+        return
+    with batched_updates(store):  # outermost: the copies are updated after the flush, in the store
+        with staged_writes(store, empty=empty) as wstore:
+            yield wstore
+    consolidate_after_write(store, consolidated, mode)
+
+
+def _on(group: Group, store: Store) -> Group:
+    """``group`` over ``store`` itself (not the staging wrapper it was written through)."""
+    return group if group.store is store else Group(store, group.path, group.metadata)
 
 
 def _child_group(root: Group, relative: str, mode: str) -> Group:
