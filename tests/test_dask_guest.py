@@ -74,7 +74,7 @@ def test_worker_processes_keep_dask_untouched(tmp_path):
             return da.Array.__getitem__.__module__ == "dask.array.core" and not any(
                 type(finder).__module__.startswith("zarrx") for finder in sys.meta_path)
 
-        if __name__ == "__main__":
+        if True:  # (run with python -c: the workers, spawned, do not run this script again)
             with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=2,
                                           dashboard_address=None, silence_logs=40) as cluster, \\
                     distributed.Client(cluster) as client:
@@ -83,7 +83,7 @@ def test_worker_processes_keep_dask_untouched(tmp_path):
                 assert float(client.compute(x[7:22].sum()).result()) == 2.0 * 15 * 4
                 assert all(client.run(dask_untouched).values())
             print("ok")
-        """.replace('if __name__ == "__main__":', "if True:")
+        """
     )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
