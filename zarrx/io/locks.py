@@ -83,16 +83,23 @@ def chunk_lock(array: Any, selection: Any = Ellipsis) -> Iterator[None]:
     array([0, 0, 0, 1, 1, 1, 1, 0, 0, 0], dtype=int8)
     """
     identity = (array.store, array.path)
-    stripes = sorted({hash((identity, coords)) % STRIPES for coords in _stored_units(array, selection)})
+    with _holding(_LOCKS, {hash((identity, coords)) % STRIPES for coords in _stored_units(array, selection)}):
+        yield
+
+
+@contextlib.contextmanager
+def _holding(table: Any, stripes: Iterable[int]) -> Iterator[None]:
+    """Hold the locks ``stripes`` of ``table``, taken in one global order (no deadlock between
+    two holders of overlapping sets) and released in the reverse one."""
     taken = []
     try:
-        for stripe in stripes:  # one global order: no deadlock between overlapping selections
-            _LOCKS[stripe].acquire()
+        for stripe in sorted(stripes):
+            table[stripe].acquire()
             taken.append(stripe)
         yield
     finally:
         for stripe in reversed(taken):
-            _LOCKS[stripe].release()
+            table[stripe].release()
 
 
 @contextlib.contextmanager
@@ -120,13 +127,5 @@ def object_locks(store: Any, keys: Iterable[str]) -> Iterator[None]:
         hash(identity)
     except TypeError:  # a location that cannot be hashed: the store object itself
         identity = ("object", id(store))
-    stripes = sorted({hash((identity, key)) % STRIPES for key in keys})
-    taken = []
-    try:
-        for stripe in stripes:  # one global order: no deadlock between writers
-            _OBJECT_LOCKS[stripe].acquire()
-            taken.append(stripe)
+    with _holding(_OBJECT_LOCKS, {hash((identity, key)) % STRIPES for key in keys}):
         yield
-    finally:
-        for stripe in reversed(taken):
-            _OBJECT_LOCKS[stripe].release()
