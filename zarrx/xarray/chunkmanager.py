@@ -87,7 +87,7 @@ class ZarrxChunkManager(DaskManager):
         return False
 
     def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> Any:
-        if self.is_chunked_array_of_dask(data):  # already chunked: as dask's manager does for its arrays
+        if super().is_chunked_array(data):  # already chunked (a dask array): as dask's manager does
             return self.rechunk(data, chunks)
         if not _lazily_indexed(data) or not _KEYWORDS.issuperset(kwargs):
             return super().from_array(data, chunks, **kwargs)
@@ -105,9 +105,6 @@ class ZarrxChunkManager(DaskManager):
         source = Source(read_explicitly, ExplicitRead(data, lock), name, name.rpartition("-")[0] or "array")
         axes = tuple(axis_from_sizes(sizes) for sizes in blocks)
         return lazy_array(Layout(source, axes), data.dtype, name, chunks=blocks)
-
-    def is_chunked_array_of_dask(self, data: Any) -> bool:
-        return super().is_chunked_array(data)
 
 
 def _lazily_indexed(data: Any) -> bool:
