@@ -294,3 +294,32 @@ def test_slices_run_on_a_cluster_of_worker_processes(tmp_path):
         assert float(client.compute(x[:5].sum()).result()) == float(np.arange(15.0).sum())
         np.testing.assert_array_equal(client.compute(x[3:8, 1]).result(), [10.0, 13.0, 1.0, 1.0, 1.0])
         np.testing.assert_array_equal(x[199_990::4].compute(), np.ones((3, 3)))
+
+
+# -- inline_array ---------------------------------------------------------------------------------
+def _tasks_refer_to(x, key):
+    graph = dict(x.dask)
+    return [k for k, task in graph.items() if k != key and key in getattr(task, "dependencies", ())]
+
+
+@pytest.mark.parametrize("peer", [False, True], ids=["zarrx-path", "zarr-python-array"])
+def test_inline_array_false_puts_the_array_in_the_graph_once(tmp_path, peer):
+    zarr = pytest.importorskip("zarr")
+    url = str(tmp_path / "a.zarr")
+    arr = zarrx.create_array(url, shape=(6, 4), chunks=(2, 4), dtype="int32")
+    arr[...] = np.arange(24).reshape(6, 4)
+    given = zarr.open_array(url, mode="r") if peer else url
+    inline = zarrx.from_zarr(given)  # the default: every task holds the handle
+    assert len(dict(inline.dask)) == 3 and inline.name != zarrx.from_zarr(given, inline_array=False).name
+    x = zarrx.from_zarr(given, inline_array=False)
+    graph = dict(x.dask)
+    key = f"original-{x.name}"
+    assert len(graph) == 4 and sorted(_tasks_refer_to(x, key)) == [(x.name, i, 0) for i in range(3)]
+    held = graph[key].value if hasattr(graph[key], "value") else graph[key]
+    if peer:
+        assert held is given
+    else:
+        assert type(held).__name__ == "ArrayHandle" and held.metadata == arr.handle.metadata
+    for scheduler in ("threads", "processes"):  # the held array object travels to other processes
+        np.testing.assert_array_equal(x.compute(scheduler=scheduler), np.arange(24).reshape(6, 4))
+    np.testing.assert_array_equal(x[1:5, 2].compute(), np.arange(24).reshape(6, 4)[1:5, 2])

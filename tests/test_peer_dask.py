@@ -30,8 +30,6 @@ pytestmark = pytest.mark.filterwarnings("error::dask.array.PerformanceWarning")
 #: test (name, or name with parameters) -> why zarrx differs from dask on purpose
 #: (docs/user-guide/xarray-differences.md, "dask")
 DIFFERENCES: dict[str, str] = {
-    "test_zarr_inline_array[False]": "zarrx's tasks hold the array's small handle, never the array object, so "
-    "inline_array=False cannot put the peer's zarr.Array in the graph",
     # the write succeeds and the values round-trip (aligned on the shards); only the block shape read back differs
     "test_zarr_sharding_roundtrip[chunks0-shards0]": "zarrx.from_zarr reads a sharded array in blocks of one "
     "shard (18, 18) by default -- one task and one request per stored object; dask.array.from_zarr uses the "

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 from dask._collections import new_collection
-from dask._task_spec import Task
+from dask.task_spec import Task, TaskRef
 from dask.array._array_expr._io import IO
 from dask.array._array_expr._slicing import SliceSlicesIntegers
 
-from zarrx.dask.layout import BlockSelections, Layout, plan_selection
+from zarrx.dask.layout import BlockSelections, Layout, original_key, plan_selection
 
 __all__ = ["ReadExpression", "read_expression_array"]
 
@@ -63,7 +63,10 @@ class ReadExpression(IO):
         layout: Layout = self.operand("layout")
         selections = BlockSelections(layout.axes)
         read, argument, name = layout.source.read, layout.source.argument, self._name
-        graph = {}
+        graph: dict = {}
+        if not layout.source.inline:  # the argument as a key of its own (inline_array=False)
+            graph[original_key(name)] = argument
+            argument = TaskRef(original_key(name))
         for block in itertools.product(*(range(count) for count in selections.numblocks)):
             key = (name, *block)
             graph[key] = Task(key, read, argument, selections[block])

@@ -18,7 +18,7 @@ from dask.layers import ArrayBlockwiseDep
 
 from zarrx.dask.axes import Axis, axis_from_sizes, sliceable
 
-__all__ = ["BlockSelections", "Layout", "Source", "plan_selection"]
+__all__ = ["BlockSelections", "Layout", "Source", "original_key", "plan_selection"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,12 +28,22 @@ class Source:
     ``read`` is a module-level function (tasks run on other processes); ``selection`` holds a
     slice for each block axis and an integer for each axis an integer index dropped. ``token``
     identifies the data (names of arrays over it derive from it), ``prefix`` starts those names.
+    ``inline`` False puts ``argument`` in the graph as a key of its own that every task refers
+    to, as ``dask.array.from_array(..., inline_array=False)`` puts its array; True (the default)
+    gives each task the argument itself.
     """
 
     read: Callable[[Any, tuple[slice | int, ...]], np.ndarray]
     argument: Any
     token: str
     prefix: str
+    inline: bool = True
+
+
+def original_key(name: str) -> str:
+    """The graph key of a non-inline :class:`Source`'s argument in the dask array ``name`` (the
+    key ``dask.array.from_array(..., inline_array=False)`` gives its array)."""
+    return f"original-{name}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,10 +28,11 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask.task_spec import TaskRef
 from dask.blockwise import Blockwise, blockwise
-from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from zarrx.dask.layout import BlockSelections, Layout, Source, plan_selection
+from zarrx.dask.layout import BlockSelections, Layout, Source, original_key, plan_selection
 
 __all__ = ["lazy_array", "read_layer", "select"]
 
@@ -65,11 +66,17 @@ def lazy_array(
     if chunks is None:
         chunks = tuple(axis.chunks for axis in layout.block_axes)
     indices = tuple(range(len(chunks)))
+    source = layout.source
+    argument = source.argument if source.inline else TaskRef(original_key(name))
     layer = blockwise(
-        layout.source.read, name, indices, layout.source.argument, None, BlockSelections(layout.axes, chunks), indices,
-        numblocks={},
-    )  # fmt: skip
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+        source.read, name, indices, argument, None, BlockSelections(layout.axes, chunks), indices, numblocks={}
+    )
+    if source.inline:
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+    else:  # the argument as a key of its own, as dask's from_array(..., inline_array=False) makes it
+        original = original_key(name)
+        layers = {original: MaterializedLayer({original: source.argument}), name: layer}
+        graph = HighLevelGraph(layers, {original: set(), name: {original}})
     return da.Array(graph, name, chunks, meta=meta)
 
 

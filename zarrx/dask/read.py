@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections import OrderedDict
 from typing import Any
 
 try:
@@ -51,7 +53,7 @@ from zarrx.nodes.array import Array
 from zarrx.sizes import count_text, human_bytes
 from zarrx.storage.zarr_python import zarr_python_array_location
 
-__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block"]
+__all__ = ["BlockSelections", "array_to_dask", "from_zarr", "read_block", "read_peer_block"]
 
 
 # -- tasks ---------------------------------------------------------------------------------
@@ -64,8 +66,38 @@ def read_block(handle: ArrayHandle, selection: tuple[slice | int, ...]) -> np.nd
         return np.asarray(read_selection(handle, selection or Ellipsis))
 
 
+#: zarr-python arrays tasks have read through lately (``id`` -> the array, its handle): the
+#: array object a graph of ``from_zarr(zarr_array, inline_array=False)`` holds reaches each
+#: worker once and is opened once there
+_PEER_HANDLES: OrderedDict[int, tuple[Any, ArrayHandle]] = OrderedDict()
+_PEER_HANDLES_KEPT = 32
+_PEER_LOCK = threading.Lock()
+
+
+def read_peer_block(peer: Any, selection: tuple[slice | int, ...]) -> np.ndarray:
+    """A dask task: :func:`read_block` of a zarr-python array ``peer`` (read through its store)."""
+    with _PEER_LOCK:
+        kept = _PEER_HANDLES.get(id(peer))
+        if kept is not None and kept[0] is peer:
+            _PEER_HANDLES.move_to_end(id(peer))
+            handle = kept[1]
+        else:
+            handle = None
+    if handle is None:
+        store, path = zarr_python_array_location(peer)
+        handle = open_array(store, path, mode="r").handle
+        with _PEER_LOCK:
+            _PEER_HANDLES[id(peer)] = (peer, handle)
+            while len(_PEER_HANDLES) > _PEER_HANDLES_KEPT:
+                _PEER_HANDLES.popitem(last=False)
+    return read_block(handle, selection)
+
+
 # -- reading -------------------------------------------------------------------------------
-def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, region: Any = None) -> da.Array:
+def array_to_dask(
+    array: Array, chunks: Any = None, name: str | None = None, *, region: Any = None, inline_array: bool | None = None,
+    original: Any = None,
+) -> da.Array:
     """The array as a lazy dask array, one task per block.
 
     Parameters
@@ -87,6 +119,13 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, 
         whole array: the result is what ``x[region]`` would be, with a graph of the touched
         blocks only, whatever the size of the array. Blocks stay on the stored grid (the first
         along an axis may be shorter).
+    inline_array
+        As in ``dask.array.from_array``: False puts the array (its handle, or ``original``) in
+        the graph as a key of its own (``"original-<name>"``) that every read task refers to;
+        True or None (the default) gives each task the handle itself.
+    original
+        The zarr-python array this one was opened from (by :func:`from_zarr`): with
+        ``inline_array=False`` it is that key's value, and tasks read through it.
 
     Raises
     ------
@@ -117,7 +156,11 @@ def array_to_dask(array: Array, chunks: Any = None, name: str | None = None, *, 
     asked = chunks
     try:
         handle = array.handle
-        source = Source(read_block, handle, tokenize(handle), "zarrx-from-zarr")
+        inline = inline_array is None or bool(inline_array)
+        if not inline and original is not None:
+            source = Source(read_peer_block, original, tokenize(handle, "original"), "zarrx-from-zarr", inline=False)
+        else:
+            source = Source(read_block, handle, tokenize(handle, inline), "zarrx-from-zarr", inline=inline)
         layout = Layout(source, _read_axes(array, chunks))
         if region is None:
             return lazy_array(layout, array.dtype, name)
@@ -145,7 +188,7 @@ def from_zarr(
     *,
     component: str | None = None,
     name: str | None = None,
-    inline_array: bool = False,
+    inline_array: bool | None = None,
     region: Any = None,
 ) -> da.Array:
     """Open the array at ``path`` as a lazy dask array (see :func:`array_to_dask` for ``chunks``).
@@ -153,9 +196,11 @@ def from_zarr(
     ``store`` is anything :func:`zarrx.open_array` takes, a :class:`zarrx.Array`, or a
     zarr-python ``Array`` (read through its store). ``component``, ``name`` and ``inline_array``
     are ``dask.array.from_zarr``'s: ``component`` is another name for ``path``, ``name`` names
-    the dask array, and ``inline_array`` changes nothing, since every task holds the array's
-    small handle (never the array object). ``region`` reads a basic selection only, with a
-    graph of the blocks it touches (see :func:`array_to_dask`).
+    the dask array, and ``inline_array=False`` puts the array in the graph as a key of its own
+    that the read tasks refer to -- the zarr-python array given, or else the zarrx array's small
+    handle -- where by default (None, or True) each task holds the handle (never the array
+    object). ``region`` reads a basic selection only, with a graph of the blocks it touches
+    (see :func:`array_to_dask`).
 
     Examples
     --------
@@ -170,11 +215,11 @@ def from_zarr(
         if path:
             raise UsageError(f"path={path!r} and component={component!r}: pass one of them (component is dask's name)")
         path = component
-    peer = zarr_python_array_location(store)
+    original, peer = None, zarr_python_array_location(store)
     if peer is not None:
-        store, path = peer
+        original, (store, path) = store, peer
     array = store if isinstance(store, Array) else open_array(store, path, mode="r", storage_options=storage_options)
-    return array_to_dask(array, chunks, name=name, region=region)
+    return array_to_dask(array, chunks, name=name, region=region, inline_array=inline_array, original=original)
 
 
 def _region_index(array: Array, region: Any) -> Any:
