@@ -55,6 +55,7 @@ import contextlib
 import random
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from zarrx.errors import MetadataError, StoreError
@@ -250,11 +251,38 @@ def write_metadata(
             return _write_conditionally(store, path, metadata, change, now)
         documents = store.get_many([*keys, own] if zarr_format == 3 else keys)
         raw = documents.pop(own, None)
-        stored = parse_node_metadata(raw, own) if raw is not None else read_node(store, path, zarr_format=zarr_format)
+        stored = _parsed(store, own, raw) if raw is not None else read_node(store, path, zarr_format=zarr_format)
         metadata = change(metadata if stored is None else stored)
         _copies_first(store, [(path, metadata, zarr_format)], documents, now=now)
-        write_node(store, path, metadata)
+        written = write_node(store, path, metadata)
+        if own in written:
+            _remember(store, own, written[own], metadata)
     return metadata
+
+
+#: per store (weakly), the ``zarr.json`` documents this process wrote last and the metadata they
+#: hold: a read-modify-write that finds its own last write stored (appends: every time) skips
+#: parsing it again
+_WRITTEN: "weakref.WeakKeyDictionary[Store, dict[str, tuple[bytes, NodeMetadata]]]" = weakref.WeakKeyDictionary()
+_WRITTEN_KEPT = 64
+
+
+def _parsed(store: Store, key: str, raw: bytes) -> NodeMetadata:
+    """The metadata in ``raw``, the document stored at ``key``."""
+    written = _WRITTEN.get(store, {}).get(key)
+    if written is not None and written[0] == raw:
+        return written[1]
+    return parse_node_metadata(raw, key)
+
+
+def _remember(store: Store, key: str, raw: bytes, metadata: NodeMetadata) -> None:
+    try:
+        kept = _WRITTEN.setdefault(store, {})
+    except TypeError:  # a store that cannot be referenced weakly
+        return
+    if len(kept) >= _WRITTEN_KEPT and key not in kept:
+        kept.clear()
+    kept[key] = (bytes(raw), metadata)
 
 
 def write_many(store: Store, nodes: list[tuple[str, NodeMetadata]]) -> None:

@@ -252,14 +252,16 @@ def node_keys(path: str, zarr_format: int | None) -> str:
     return " or ".join(repr(key) for fmt in formats for key in FORMATS[fmt].keys(path))
 
 
-def write_node(store: Store, path: str, metadata: NodeMetadata) -> None:
+def write_node(store: Store, path: str, metadata: NodeMetadata) -> dict[str, bytes]:
     """Store the documents of ``metadata`` (any format) for the node at ``path``: one ``set``
-    for a single document, one batch for several (v2's ``.zarray`` and ``.zattrs``)."""
+    for a single document, one batch for several (v2's ``.zarray`` and ``.zattrs``); returns
+    them by key."""
     documents = {join_key(path, name): data for name, data in metadata.documents().items()}
     if len(documents) == 1:
         store.set(*next(iter(documents.items())))
     else:
         store.set_many(documents)
+    return documents
 
 
 def read_node(
