@@ -181,6 +181,24 @@ def test_a_chunk_key_that_is_a_folder_is_refused_naming_the_key(tmp_path, sharde
     assert array[0:unit, :].tolist() == [[7] * 8] * unit  # the rest reads as stored
 
 
+@pytest.mark.parametrize("content", [False, True], ids=["empty", "with-a-file"])
+def test_verify_reports_a_folder_at_a_chunk_key_as_unreadable_not_missing(tmp_path, content):
+    array = zarrx.create_array(str(tmp_path / "a.zarr"), shape=(6,), chunks=(2,), dtype="i2")
+    array[...] = 7
+    path = tmp_path / "a.zarr" / "c" / "1"
+    path.unlink()
+    path.mkdir()
+    if content:
+        (path / "stray").write_bytes(b"x")
+    report = zarrx.verify(str(tmp_path / "a.zarr"))
+    assert not report.ok and [problem.key for problem in report.corrupt] == ["c/1"]
+    assert "a folder" in report.corrupt[0].error and report.missing == [] and report.missing_count == 0
+    (path / "stray").unlink(missing_ok=True)
+    path.rmdir()  # absent now: missing, which is legal
+    report = zarrx.verify(str(tmp_path / "a.zarr"))
+    assert report.ok and report.missing == ["c/1"]
+
+
 def test_every_way_a_local_store_reads_refuses_a_folder_at_a_key(tmp_path):
     from zarrx.storage.store import RangeByteRequest
 

@@ -302,6 +302,26 @@ def _fetch(store: Store, keys: list[str], report: VerifyReport, jobs: dict[str, 
     return values
 
 
+def _absent(store: Store, keys: list[str], path: str, report: VerifyReport) -> list[str]:
+    """Those of ``keys`` (not listed as stored) that read as absent; the others -- a folder at a
+    chunk's key, say -- are reported as chunks that cannot be read."""
+    try:
+        values = store.get_many(keys)
+        return [key for key in keys if values.get(key) is None]
+    except Exception:  # noqa: BLE001 (one of them fails: key by key, as _fetch does)
+        pass
+    absent = []
+    for key in keys:
+        try:
+            value = store.get(key)
+        except Exception as error:  # noqa: BLE001
+            report.corrupt.append(Problem(key, "/" + path, f"cannot read it: {type(error).__name__}: {error}"))
+            continue
+        if value is None:
+            absent.append(key)
+    return absent
+
+
 def verify(
     store: Any,
     path: str = "",
@@ -379,6 +399,10 @@ def verify(
         jobs.update((key, _Job(key, array_path, handle, coords, _past_edge(metadata, coords))) for key, coords in sorted(chunks))
         missing = metadata.nchunks - len(chunks)
         listed = list(_missing_keys(metadata, array_path, {c for _, c in chunks}, min(missing, MAX_LISTED_MISSING))) if missing else []
+        unreadable = 0
+        if listed and zstore.reads_are_local:  # a folder (say) at a chunk's key: not listed, not missing either
+            absent = _absent(zstore, listed, array_path, report)
+            unreadable, listed = len(listed) - len(absent), absent
         report.missing.extend(listed)
         sharding = metadata.codecs.array_bytes if isinstance(metadata.codecs.array_bytes, ShardingCodec) else None
         report.arrays.append(
@@ -388,7 +412,7 @@ def verify(
                 chunks=tuple(metadata.chunks if sharding is None else sharding.chunk_shape),
                 dtype=str(metadata.dtype),
                 nchunks=metadata.nchunks,
-                stored=len(chunks),
+                stored=len(chunks) + unreadable,  # a stored object, if a corrupt one
                 shards=None if sharding is None else tuple(metadata.chunks),
                 missing_keys=tuple(listed),
             )
