@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 
 import fsspec
@@ -30,11 +31,11 @@ from kerchunk.hdf import SingleHdf5ToZarr
 
 import zarrx
 import zarrx.xarray  # noqa: F401  (the engine)
-from zarrx.errors import StoreError
+from zarrx.errors import StoreError, StoreTimeoutError
 from zarrx.storage import ReferenceStore, make_store
 from zarrx.storage.remote import configure
 
-from tests.http_server import serve, serve_plain
+from tests.http_server import FailFirst, serve, serve_plain, serve_silent
 
 # fsspec reads parquet references with fastparquet (LazyReferenceMapper's engine), which pandas 3 deprecates
 pytestmark = [pytest.mark.filterwarnings("ignore:The 'fastparquet' engine is deprecated"),
@@ -250,6 +251,31 @@ def test_http_targets_served_by_python_http_server(files):
             options = {"fo": fo, "remote_protocol": "http", "remote_options": remote_options}
             ours = xr.open_dataset("reference://", engine="zarrx", consolidated=False, storage_options=options).load()
             assert_netcdf_values(ours, xr.open_dataset(root / "a.nc").load())
+
+
+def test_http_targets_get_zarrx_retries_and_concurrency_limit(files):
+    # the file's host answers 503 twice, and zarrx_max_concurrency caps the requests to it
+    root, refs = files
+    with serve(root, delay=0.02, fail=FailFirst(2, 503, "a.nc")) as server:
+        options = {"fo": with_url(refs["a.nc"], f"{server.url}/a.nc"), "remote_protocol": "http",
+                   "remote_options": {"asynchronous": True}, "zarrx_max_concurrency": 3}  # fmt: skip
+        ours = xr.open_dataset("reference://", engine="zarrx", consolidated=False, storage_options=options).load()
+        statuses = [request.status for request in server.requests]
+        peak = server.max_in_flight()
+    assert_netcdf_values(ours, xr.open_dataset(root / "a.nc").load())
+    assert statuses.count(503) == 2 and peak <= 3
+
+
+def test_a_target_that_never_answers_is_a_timeout_naming_the_key(files):
+    _, refs = files
+    with serve_silent() as url:
+        options = {"fo": with_url(refs["a.nc"], f"{url}/a.nc"), "remote_protocol": "http", "zarrx_request_deadline": 1,
+                   "zarrx_retries": 0}  # fmt: skip
+        group = zarrx.open_group("reference://", mode="r", storage_options=options)
+        started = time.monotonic()
+        with pytest.raises(StoreTimeoutError, match=r"'y/0'.*a\.nc"):
+            group["y"][...]
+    assert time.monotonic() - started < 10
 
 
 def test_a_missing_target_file_is_an_error_naming_key_and_reference(files, tmp_path):

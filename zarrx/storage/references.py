@@ -35,12 +35,12 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.core import split_protocol
 from fsspec.implementations.reference import ReferenceFileSystem
 
-from zarrx.errors import StoreError
+from zarrx.errors import StoreError, StoreTimeoutError
 from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.readers import MISSING, read_synchronously, reader_for
 from zarrx.storage.redaction import redact, secret_values
 from zarrx.storage.remote import configure
-from zarrx.storage.transfers import ObjectRead, Transfers
+from zarrx.storage.transfers import ObjectRead, Transfers, describe_failure
 
 __all__ = ["ReferenceStore", "BrokenReference", "reference_file_system", "is_reference_file_system", "resolve"]
 
@@ -183,18 +183,26 @@ class ReferenceStore(FsspecStore):
             # one) by zarrx_max_read_size
             limit = read.limit if expected is None else max(self.options.max_read_size, expected)
             target = ObjectRead(read.key, url, first, stop, limit)
-            by_protocol.setdefault(split_protocol(url)[0], []).append((position, target, expected, repr(self._reference(read.path))))
+            by_protocol.setdefault(split_protocol(url)[0], []).append((position, target, expected, read.path))
         for protocol, group in by_protocol.items():
-            for (position, target, expected, reference), outcome in zip(group, self._read_targets(protocol, [g[1] for g in group]), strict=True):
-                outcomes[position] = self._checked(target, expected, reference, outcome)
+            answers = self._read_targets(protocol, [target for _, target, _, _ in group])
+            for (position, target, expected, path), outcome in zip(group, answers, strict=True):
+                outcomes[position] = self._checked(target, expected, path, outcome)
         return outcomes
 
-    def _reference(self, path: str) -> Any:
+    def _reference(self, path: str) -> str:
+        """The reference of ``path`` as the references hold it, for messages."""
         part = self.fs.references[path]
-        return list(part) if isinstance(part, tuple) else part
+        return repr(list(part) if isinstance(part, tuple) else part)
 
     def _read_targets(self, protocol: str | None, reads: list[ObjectRead]) -> list[Any]:
-        fs = self.fs.fss.get(protocol) or self.fs.fss.get(None)
+        if protocol not in self.fs.fss:
+            error = StoreError(
+                f"cannot read {reads[0].key!r}: its reference {reads[0].path!r} is a {protocol}:// URL, and the references "
+                f"have file systems for {sorted(map(str, self.fs.fss))} only (set remote_protocol={protocol!r})"
+            )
+            return [error] * len(reads)
+        fs = self.fs.fss[protocol]
         fs = getattr(fs, "sync_fs", fs)  # fsspec wraps synchronous targets (local files) for its async API
         if isinstance(fs, AsyncFileSystem) and not fs.asynchronous:
             return Transfers(fs, reader_for(fs, self.options), self.options).read_many(reads)
@@ -208,13 +216,19 @@ class ReferenceStore(FsspecStore):
         )
         return [error] * len(reads)
 
-    def _checked(self, target: ObjectRead, expected: int | None, reference: str, outcome: Any) -> Any:
+    def _checked(self, target: ObjectRead, expected: int | None, path: str, outcome: Any) -> Any:
         """A target's bytes, or the error naming the key and the reference."""
+        if isinstance(outcome, bytes) and (expected is None or len(outcome) == expected):
+            return outcome
+        reference = self._reference(path)
         if outcome is None or isinstance(outcome, MISSING):
             return self._broken(target.key, f"the reference {reference} points to {target.path!r}, which does not exist")
+        if isinstance(outcome, StoreError):
+            return outcome
         if isinstance(outcome, BaseException):
-            scrubbed = redact(f"{type(outcome).__name__}: {outcome}", self.secrets)
-            return self._broken(target.key, f"could not read the reference {reference}: {scrubbed}", outcome)
+            timed_out, detail = describe_failure(outcome, self.options)
+            text = f"could not read the reference {reference}: {redact(detail, self.secrets)}"
+            return self._broken(target.key, text, outcome, StoreTimeoutError if timed_out else StoreError)
         if expected is not None and len(outcome) != expected:
             return self._broken(
                 target.key,
@@ -223,8 +237,8 @@ class ReferenceStore(FsspecStore):
             )
         return outcome
 
-    def _broken(self, key: str, text: str, cause: BaseException | None = None) -> StoreError:
-        error = StoreError(redact(f"could not read {key!r} at {self.url(key)}: {text}", self.secrets))
+    def _broken(self, key: str, text: str, cause: BaseException | None = None, kind: type[StoreError] = StoreError) -> StoreError:
+        error = kind(redact(f"could not read {key!r} at {self.url(key)}: {text}", self.secrets))
         error.__cause__ = cause
         return error
 
