@@ -31,7 +31,7 @@ from kerchunk.hdf import SingleHdf5ToZarr
 
 import zarrx
 import zarrx.xarray  # noqa: F401  (the engine)
-from zarrx.errors import StoreError, StoreTimeoutError
+from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage import ReferenceStore, make_store
 from zarrx.storage.remote import configure
 
@@ -179,6 +179,15 @@ def test_a_reference_file_system_itself_is_a_store(files):
     ours = xr.open_dataset(ReferenceFileSystem(refs["a.nc"]), engine="zarrx", consolidated=False).load()
     assert_netcdf_values(ours, xr.open_dataset(root / "a.nc").load())
     assert isinstance(make_store(ReferenceFileSystem(refs["a.nc"])), ReferenceStore)
+
+
+def test_references_are_read_only(files):
+    _, refs = files
+    group = zarrx.open_group("reference://", mode="r+", storage_options={"fo": refs["a.nc"]})
+    with pytest.raises(ReadOnlyError, match="ReferenceStore.*read-only"):
+        group["y"][0] = 5
+    with pytest.raises(ReadOnlyError, match="'y/0'.*read-only, as references are"):
+        make_store("reference://", mode="r+", storage_options={"fo": refs["a.nc"]}).set("y/0", b"")
 
 
 def test_groups_and_attributes_through_open_group(files):

@@ -35,7 +35,7 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.core import split_protocol
 from fsspec.implementations.reference import ReferenceFileSystem
 
-from zarrx.errors import StoreError, StoreTimeoutError
+from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.readers import MISSING, read_synchronously, reader_for
 from zarrx.storage.redaction import redact, secret_values
@@ -143,6 +143,9 @@ class ReferenceStore(FsspecStore):
         """The store of a ``reference://`` URL and its options (see :func:`reference_file_system`)."""
         fs, root, remote = reference_file_system(url, storage_options)
         return cls(fs, root, secrets=secret_values(storage_options), options=remote)
+
+    def _check_writable(self, key: str) -> None:
+        raise ReadOnlyError(f"cannot write {key!r}: {self!r} is read-only, as references are (write a Zarr store)")
 
     @property
     def transfers(self) -> None:
