@@ -32,7 +32,7 @@ from kerchunk.hdf import SingleHdf5ToZarr
 import zarrx
 import zarrx.xarray  # noqa: F401  (the engine)
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
-from zarrx.storage import ReferenceStore, make_store
+from zarrx.storage import LocalStore, OffsetByteRequest, RangeByteRequest, ReferenceStore, SuffixByteRequest, make_store
 from zarrx.storage.remote import configure
 
 from tests.http_server import FailFirst, serve, serve_plain, serve_silent
@@ -291,6 +291,33 @@ def test_a_target_that_never_answers_is_a_timeout_naming_the_key(files):
         with pytest.raises(StoreTimeoutError, match=r"'y/0'.*a\.nc"):
             group["y"][...]
     assert time.monotonic() - started < 10
+
+
+def test_byte_ranges_listing_and_sharded_reads_as_on_the_folder(tmp_path):
+    # references to the files of a sharded Zarr v3 folder: partial shard reads are suffix and
+    # offset ranges of a reference, resolved inside its [offset, offset + size)
+    values = np.arange(40 * 30, dtype="int32").reshape(40, 30)
+    zarrx.create_array(tmp_path / "s.zarr", shape=values.shape, dtype=values.dtype, chunks=(5, 5), shards=(20, 15))[...] = values
+    folder = LocalStore(tmp_path / "s.zarr", read_only=True)
+    blob = tmp_path / "blob.bin"  # every value in one file, 7 bytes apart, as a NetCDF file holds chunks
+    refs, offset = {}, 3
+    with open(blob, "wb") as file:
+        file.write(b"\0" * offset)
+        for key in sorted(folder.list_prefix("")):
+            value = folder.get(key)
+            refs[key] = value.decode() if key.endswith("zarr.json") else [str(blob), offset, len(value)]
+            file.write(value + b"\xff" * 7)
+            offset += len(value) + 7
+    store = make_store("reference://", storage_options={"fo": {"version": 1, "refs": refs}})
+    keys = sorted(folder.list_prefix(""))
+    assert sorted(store.list_prefix("")) == keys and store.list_dir("") == folder.list_dir("")
+    assert store.get_many([*keys, "c/9/9"]) == {**folder.get_many(keys), "c/9/9": None}
+    shard = next(key for key in keys if key.startswith("c/"))
+    for byte_range in (RangeByteRequest(2, 11), OffsetByteRequest(5), SuffixByteRequest(16), RangeByteRequest(0, 10**6)):
+        assert store.get(shard, byte_range) == folder.get(shard, byte_range), byte_range
+    array = zarrx.open_array("reference://", mode="r", storage_options={"fo": {"version": 1, "refs": refs}})
+    np.testing.assert_array_equal(array[...], values)
+    np.testing.assert_array_equal(array[3:17, 4:9], values[3:17, 4:9])  # a part of one shard
 
 
 def test_a_missing_target_file_is_an_error_naming_key_and_reference(files, tmp_path):
