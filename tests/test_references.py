@@ -268,6 +268,26 @@ def test_http_targets_served_by_python_http_server(files):
             assert_netcdf_values(ours, xr.open_dataset(root / "a.nc").load())
 
 
+def test_s3_targets_read_as_engine_zarr(files):
+    import s3fs
+
+    from tests.s3_server import serve_s3
+
+    root, refs = files
+    with serve_s3() as server:
+        credentials = {"endpoint_url": server.url, "key": "test", "secret": "test-secret"}
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **credentials)
+        fs.mkdir("files")
+        fs.put_file(str(root / "a.nc"), "files/a.nc")
+        options = {"fo": with_url(refs["a.nc"], "s3://files/a.nc"), "remote_protocol": "s3",
+                   "remote_options": {**credentials, "asynchronous": True}}  # fmt: skip
+        ours, theirs = open_both(filename_or_obj="reference://", storage_options=options)
+        gets = [request for request in server.requests if request.method == "GET" and "a.nc" in request.path]
+    assert_netcdf_values(ours, xr.open_dataset(root / "a.nc").load())
+    xr.testing.assert_identical(ours, theirs)
+    assert gets
+
+
 def test_http_targets_get_zarrx_retries_and_concurrency_limit(files):
     # the file's host answers 503 twice, and zarrx_max_concurrency caps the requests to it
     root, refs = files
