@@ -14,6 +14,8 @@ any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_u
 ``https://``, chained ``simplecache::s3://``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
+``reference://`` (kerchunk: ``storage_options`` with   a :class:`ReferenceStore` (read-only), also of
+``fo``, ...), a ``ReferenceFileSystem`` or its mapper  the file system or its mapper
 a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore` over it, paced,
 (``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
@@ -53,6 +55,7 @@ from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.prefetch import PrefetchStore
+from zarrx.storage.references import ReferenceStore, is_reference_file_system
 from zarrx.storage.remote import split_storage_options
 from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
@@ -79,6 +82,7 @@ __all__ = [
     "MetricsStore",
     "PrefetchStore",
     "ZarrPythonStore",
+    "ReferenceStore",
     "make_store",
     "check_mode",
     "MODES",
@@ -149,11 +153,17 @@ def make_store(
     url_scheme = _URL_SCHEME.match(store_like) if isinstance(store_like, str) else None
     if url_scheme and url_scheme[1].lower() in _LOCAL_SCHEMES and "::" not in store_like:
         return _local(_file_url_path(store_like), read_only, storage_options, follow_external_links, store_like)
+    if url_scheme and url_scheme[1].lower() == "reference":  # kerchunk references
+        return ReferenceStore.from_url(store_like, storage_options=storage_options)
     if url_scheme or isinstance(store_like, str) and "::" in store_like:  # "::" chains file systems
         return FsspecStore.from_url(store_like, storage_options=storage_options, read_only=read_only)
     if isinstance(store_like, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(store_like))
         return _local(path, read_only, storage_options, follow_external_links, store_like)
+    if is_reference_file_system(store_like) or isinstance(store_like, FSMap) and is_reference_file_system(store_like.fs):
+        _refuse_options(split_storage_options(storage_options)[1], store_like)
+        fs, root = (store_like.fs, store_like.root) if isinstance(store_like, FSMap) else (store_like, "")
+        return ReferenceStore(fs, root, options=split_storage_options(storage_options)[0])
     if isinstance(store_like, FSMap):
         if isinstance(store_like.fs, LocalFileSystem):
             return _local(store_like.root, read_only, storage_options, follow_external_links, store_like)

@@ -54,7 +54,8 @@ option                      default (environment variable)   what
   get nothing more; other file systems are left as they are.
 
 Chained URLs (``simplecache::https://…``) get the same defaults for the file system they
-read from (under its protocol's key, as fsspec passes options along a chain).
+read from (under its protocol's key, as fsspec passes options along a chain); ``reference://``
+(kerchunk) the defaults of its ``remote_protocol`` in its ``remote_options``.
 """
 
 from __future__ import annotations
@@ -212,12 +213,22 @@ def _session_parameters(aiohttp: Any) -> frozenset[str]:
     return frozenset(inspect.signature(aiohttp.ClientSession.__init__).parameters)
 
 
+def _reference_defaults(options: dict[str, Any], remote: RemoteOptions) -> dict[str, Any]:
+    # reference://: the targets' file system (remote_protocol) gets its protocol's defaults
+    protocol = str(options.get("remote_protocol") or "").lower()
+    defaults = PROTOCOL_DEFAULTS.get(protocol) if protocol != "reference" else None
+    if defaults is None:
+        return options
+    return {**options, "remote_options": defaults(dict(options.get("remote_options") or {}), remote)}
+
+
 #: protocol -> how its file system is configured (see the module docstring)
 PROTOCOL_DEFAULTS: dict[str, Callable[[dict[str, Any], RemoteOptions], dict[str, Any]]] = {
     "s3": _s3_defaults,
     "s3a": _s3_defaults,
     "http": _http_defaults,
     "https": _http_defaults,
+    "reference": _reference_defaults,
 }
 _PROTOCOL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
