@@ -82,6 +82,9 @@ class Node(Generic[M]):
         reason = self._metadata.read_only_reason
         if reason is not None:
             raise ReadOnlyError(f"{self._kind} {self.name!r} cannot be changed: {reason}")
+        if self._store.read_only and self._store.read_only_reason is not None:
+            raise ReadOnlyError(f"{self._kind} {self.name!r} cannot be changed: {self._store!r} is read-only: "
+                                f"{self._store.read_only_reason}")  # fmt: skip
         if self._store.read_only and not self._opened_read_only:
             raise ReadOnlyError(
                 f"{self._kind} {self.name!r} cannot be changed: its store {self._store!r} is read-only "

@@ -144,8 +144,10 @@ class ReferenceStore(FsspecStore):
         fs, root, remote = reference_file_system(url, storage_options)
         return cls(fs, root, secrets=secret_values(storage_options), options=remote)
 
+    read_only_reason = "references are read-only (write a Zarr store)"
+
     def _check_writable(self, key: str) -> None:
-        raise ReadOnlyError(f"cannot write {key!r}: {self!r} is read-only, as references are (write a Zarr store)")
+        raise ReadOnlyError(f"cannot write {key!r}: {self!r} is read-only: {self.read_only_reason}")
 
     @property
     def transfers(self) -> None:

@@ -218,6 +218,8 @@ class Store(MetadataUpdates, ABC):
     """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
 
     read_only: bool = False
+    #: why a store that can never be written is read-only (None: opening it writable would do)
+    read_only_reason: str | None = None
     supports_partial_reads: bool = True
     supports_listing: bool = True
     reads_are_local: bool = False
@@ -381,6 +383,10 @@ class WrapperStore(ForwardedMetadataUpdates, Store):
     @property
     def read_only(self) -> bool:  # type: ignore[override]
         return self.inner.read_only
+
+    @property
+    def read_only_reason(self) -> str | None:  # type: ignore[override]
+        return self.inner.read_only_reason
 
     @property
     def supports_partial_reads(self) -> bool:  # type: ignore[override]
