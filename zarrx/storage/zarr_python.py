@@ -74,6 +74,12 @@ def is_zarr_python_store(obj: Any) -> bool:
     return base is not None and isinstance(obj, base)
 
 
+def _is_session_store(store: Any) -> bool:
+    """Whether ``store`` is an Icechunk session's store (``icechunk.IcechunkStore``), never importing icechunk."""
+    kind = _loaded("icechunk.store", "IcechunkStore")
+    return kind is not None and isinstance(store, kind)
+
+
 def zarr_python_array_location(obj: Any) -> tuple["ZarrPythonStore", str] | None:
     """``(store, path)`` of a zarr-python ``Array`` (or ``AsyncArray``), None for anything else.
 
@@ -290,6 +296,23 @@ class ZarrPythonStore(Store):
     @property
     def supports_listing(self) -> bool:  # type: ignore[override]
         return bool(getattr(self._store, "supports_listing", True))
+
+    @property
+    def supports_consolidated_metadata(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self._store, "supports_consolidated_metadata", True))
+
+    @property
+    def transactional(self) -> bool:  # type: ignore[override]
+        return _is_session_store(self._store)
+
+    @property
+    def process_local(self) -> bool:  # type: ignore[override]
+        # a pickled copy of a zarr-python MemoryStore, or of a writable Icechunk session (a fork),
+        # keeps the writes made with it to itself: zarrx never sends such a write to another process
+        memory = _loaded("zarr.storage", "MemoryStore")
+        return (memory is not None and isinstance(self._store, memory)) or (
+            _is_session_store(self._store) and not self.read_only
+        )
 
     @property
     def location(self) -> Any:
