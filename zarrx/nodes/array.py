@@ -452,7 +452,10 @@ class Array(Node[ArrayMetadataLike]):
         # on a rectilinear grid whose edges end at the array's end, the data becomes one new chunk
         grid = self._metadata.chunk_grid.with_appended(axis, old_length, shape[axis])
         region = tuple(slice(old_length, None) if d == axis else slice(None) for d in range(self.ndim))
-        return self._staged(self._resized_metadata(new_shape, grid.resized(new_shape))), region
+        staged = self._staged(self._resized_metadata(new_shape, grid.resized(new_shape)))
+        if self.store.transactional:  # an Icechunk session: nothing shows before its commit, and chunks
+            staged.commit()  # past the stored shape are refused, so the shape goes first
+        return staged, region
 
 
 class _OIndex:
