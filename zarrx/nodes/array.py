@@ -334,6 +334,10 @@ class Array(Node[ArrayMetadataLike]):
             # cannot be decoded stops the resize with the array untouched.
             cut = [n < o or new_shape == old.shape for n, o in zip(new_shape, old.shape)]
             updates, deletes = self._clear_past_edge(new, cut)
+        if self._store.transactional:  # an Icechunk session: nothing shows before its commit, and it
+            self._apply(updates, deletes, new_shape, shown=False)  # deletes only chunks inside the shape
+            self._write_metadata(new, now=True)
+            return
         self._write_metadata(new, now=bool(updates or deletes))  # every copy shows the new shape before
         self._apply(updates, deletes, new_shape, shown=True)
 
