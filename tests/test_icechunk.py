@@ -1,0 +1,183 @@
+"""Icechunk repositories through zarrx, against zarr-python / ``engine="zarr"`` on the same repository.
+
+icechunk 2.x needs Python 3.12, so each group of steps runs as one script in the environment of
+``tests/icechunk_env.py`` (built on first use; the tests fail, never skip, without a Python 3.12)
+on a repository in local storage, and hands back what each reader saw as JSON. The expected
+values are computed here, from the same recipe the scripts write. The groups:
+
+- sessions: ``ds.zarrx.to_zarr(session.store)`` (NumPy and dask variables), append along a
+  dimension, ``zarrx.create_array`` with array append and resize, ``zarrx.to_zarr`` of a dask
+  array, commit; read back in new read-only sessions through ``zarrx.open_group``/``open_array``,
+  ``engine="zarrx"``, zarr-python and ``engine="zarr"``, and each of them reading what the other
+  wrote; time travel by snapshot id, tag and branch;
+- distributed: a forked session per worker of a ``LocalCluster`` with processes, each writing its
+  region through zarrx, the forks merged before the commit -- arrays and a dask-backed Dataset;
+  and a write task that would lose its writes in a worker refused with zarrx's error;
+- virtual chunks: a NetCDF4 file written with netCDF4, its chunks (found with h5py) registered
+  as virtual references as VirtualiZarr writes them, read through zarrx like
+  ``xr.open_dataset(netcdf_file)``;
+- the Icechunk examples of ``docs/stack.md`` (the ``{code-block} python`` blocks with class
+  ``icechunk``, which tests/test_docs.py leaves alone), run in order in one namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .icechunk_env import ROOT, run_icechunk
+
+DOCS_PAGE = ROOT / "docs" / "stack.md"
+
+# What every script builds its data from (the tests compute the expected values with it too).
+RECIPE = """
+import json, sys, warnings
+import numpy as np, xarray as xr, dask, dask.array as da, zarr, zarrx, icechunk
+def dataset(start, n):
+    time = np.arange(start, start + n)
+    t = (np.arange(start * 4, (start + n) * 4, dtype="float64") / 8).reshape(n, 4)
+    u = da.from_array((np.arange(start * 4, (start + n) * 4, dtype="int32") * 3).reshape(n, 4), chunks=(2, 4))
+    return xr.Dataset({"t": (("time", "x"), t, {"units": "K"}), "u": (("time", "x"), u)},
+                      coords={"time": time, "x": np.arange(4)}, attrs={"title": "demo"})
+def as_json(ds):
+    ds = ds.load()
+    return {"vars": {name: ds[name].values.tolist() for name in sorted(ds.variables)},
+            "attrs": ds.attrs, "t_attrs": {k: v for k, v in ds["t"].attrs.items()}}
+out = {}
+"""
+
+
+def dataset_json(start: int, n: int) -> dict:
+    time_ = np.arange(start, start + n)
+    t = (np.arange(start * 4, (start + n) * 4, dtype="float64") / 8).reshape(n, 4)
+    u = (np.arange(start * 4, (start + n) * 4, dtype="int32") * 3).reshape(n, 4)
+    return {
+        "vars": {"t": t.tolist(), "time": time_.tolist(), "u": u.tolist(), "x": list(range(4))},
+        "attrs": {"title": "demo"},
+        "t_attrs": {"units": "K"},
+    }
+
+
+SESSIONS = RECIPE + """
+repo = icechunk.Repository.create(icechunk.local_filesystem_storage(sys.argv[1]))
+session = repo.writable_session("main")
+store = session.store
+# a Dataset (NumPy t, dask u), then appended along time: zarrx and xarray's own engine, side by side
+dataset(0, 6).zarrx.to_zarr(store, group="zarrx", mode="w")
+dataset(0, 6).to_zarr(store, group="peer", mode="w", zarr_format=3)
+dataset(6, 4).zarrx.to_zarr(store, group="zarrx", append_dim="time")
+dataset(6, 4).to_zarr(store, group="peer", append_dim="time")
+# an array: created, filled, appended to, resized -- zarrx and zarr-python
+arr = zarrx.create_array(store, "arr/zarrx", shape=(10,), chunks=(4,), dtype="int32", fill_value=-1)
+arr[:] = np.arange(10, dtype="int32")
+arr.append(np.arange(100, 105, dtype="int32"))
+arr.resize(12)
+arr.resize(16)
+peer = zarr.create_array(store, name="arr/peer", shape=(10,), chunks=(4,), dtype="int32", fill_value=-1)
+peer[:] = np.arange(10, dtype="int32")
+peer.append(np.arange(100, 105, dtype="int32"))
+peer.resize((12,))
+peer.resize((16,))
+# a dask array: zarrx.to_zarr and dask's own to_zarr; then an append of a dask array
+x = da.arange(48, chunks=12, dtype="int64").reshape(6, 8)
+zarrx.to_zarr(x, store, "dask/zarrx", chunks=(2, 8))
+da.to_zarr(x.rechunk((2, 8)), store, component="dask/peer", zarr_format=3)
+zarrx.open_array(store, "dask/zarrx", mode="r+").append(da.arange(16, chunks=8, dtype="int64").reshape(2, 8))
+zarr.open_array(store, path="dask/peer", mode="r+").append(np.arange(16, dtype="int64").reshape(2, 8))
+first = session.commit("first")
+
+# a second commit changes the array; tag the first, and a branch from it
+second_session = repo.writable_session("main")
+zarrx.open_array(second_session.store, "arr/zarrx", mode="r+")[0:4] = 7
+zarr.open_array(second_session.store, path="arr/peer", mode="r+")[0:4] = 7
+second = second_session.commit("second")
+repo.create_tag("v1", snapshot_id=first)
+repo.create_branch("dev", snapshot_id=first)
+
+def readers(session):
+    store = session.store
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no consolidated-metadata warning: Icechunk keeps none
+        found = {}
+        for group in ("zarrx", "peer"):
+            found[f"{group} engine=zarrx"] = as_json(xr.open_dataset(store, group=group, engine="zarrx"))
+            found[f"{group} engine=zarrx chunks"] = as_json(xr.open_dataset(store, group=group, engine="zarrx", chunks={}))
+            found[f"{group} engine=zarr"] = as_json(xr.open_dataset(store, group=group, engine="zarr"))
+            found[f"{group} zarrx.open_group"] = sorted(zarrx.open_group(store, group))
+            for name in ("arr", "dask"):
+                found[f"{name}/{group} zarrx"] = zarrx.open_array(store, f"{name}/{group}")[...].tolist()
+                found[f"{name}/{group} zarrx dask"] = zarrx.from_zarr(store, f"{name}/{group}").compute().tolist()
+                found[f"{name}/{group} zarr"] = zarr.open_array(store, path=f"{name}/{group}", mode="r")[...].tolist()
+    return found
+
+out["main"] = readers(repo.readonly_session("main"))
+out["snapshot"] = readers(repo.readonly_session(snapshot_id=first))
+out["tag"] = readers(repo.readonly_session(tag="v1"))
+out["branch"] = readers(repo.readonly_session("dev"))
+out["second"] = readers(repo.readonly_session(snapshot_id=second))
+try:
+    zarrx.consolidate_metadata(repo.writable_session("main").store)
+except Exception as error:
+    out["consolidate"] = f"{type(error).__name__}: {error}"
+try:
+    zarrx.open_array(repo.readonly_session("main").store, "arr/zarrx", mode="r+")[0] = 1
+except Exception as error:
+    out["read-only"] = f"{type(error).__name__}: {error}"
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory):
+    started = time.monotonic()
+    found = run_icechunk(SESSIONS, str(tmp_path_factory.mktemp("icechunk") / "repo"))
+    found["seconds"] = time.monotonic() - started
+    return found
+
+
+def expected_array(committed: bool) -> list[int]:
+    values = np.full(16, -1, dtype="int32")
+    values[:10] = np.arange(10)
+    values[10:12] = [100, 101]  # resized to 12 (the rest cut), then grown back: fill value
+    if committed:
+        values[0:4] = 7
+    return values.tolist()
+
+
+def expected_dask() -> list:
+    return np.concatenate([np.arange(48).reshape(6, 8), np.arange(16).reshape(2, 8)]).tolist()
+
+
+def check_readers(found: dict, second: bool) -> None:
+    full = dataset_json(0, 10)
+    for group in ("zarrx", "peer"):
+        for reader in ("engine=zarrx", "engine=zarrx chunks", "engine=zarr"):
+            assert found[f"{group} {reader}"] == full, (group, reader)
+        assert found[f"{group} zarrx.open_group"] == ["t", "time", "u", "x"]
+        for reader in ("zarrx", "zarrx dask", "zarr"):
+            assert found[f"arr/{group} {reader}"] == expected_array(second), (group, reader)
+            assert found[f"dask/{group} {reader}"] == expected_dask(), (group, reader)
+
+
+def test_sessions_written_and_read_through_zarrx_as_through_zarr_python(sessions):
+    check_readers(sessions["main"], second=True)
+    check_readers(sessions["second"], second=True)
+
+
+@pytest.mark.parametrize("version", ["snapshot", "tag", "branch"])
+def test_time_travel_reads_the_first_commit(sessions, version):
+    check_readers(sessions[version], second=False)
+
+
+def test_consolidating_an_icechunk_store_is_refused_by_name(sessions):
+    assert sessions["consolidate"].startswith("StoreTypeError: ")
+    assert "keeps no consolidated metadata" in sessions["consolidate"]
+
+
+def test_a_read_only_session_refuses_writes_with_zarrxs_error(sessions):
+    assert sessions["read-only"].startswith("ReadOnlyError: "), sessions["read-only"]
