@@ -181,3 +181,82 @@ def test_consolidating_an_icechunk_store_is_refused_by_name(sessions):
 
 def test_a_read_only_session_refuses_writes_with_zarrxs_error(sessions):
     assert sessions["read-only"].startswith("ReadOnlyError: "), sessions["read-only"]
+
+
+DISTRIBUTED = RECIPE + """
+from dask.distributed import Client, LocalCluster
+
+def write_rows(fork, start, stop):  # a worker's part: its rows, written through zarrx into its fork
+    array = zarrx.open_array(fork.store, "grid", mode="r+")
+    array[start:stop] = np.arange(start * 6, stop * 6, dtype="int64").reshape(stop - start, 6)
+    return fork
+
+def write_region(fork, part, start, stop):  # a worker's part of a Dataset: a region write
+    part.load().zarrx.to_zarr(fork.store, group="ds", region={"time": slice(start, stop)})
+    return fork
+
+def chain(error):
+    found = []
+    while error is not None:
+        found.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    return found
+
+if __name__ == "__main__":
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(sys.argv[1]))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \\
+            Client(cluster) as client:
+        session = repo.writable_session("main")
+        zarrx.create_array(session.store, "grid", shape=(8, 6), chunks=(2, 6), dtype="int64", fill_value=0)
+        fork = session.fork()
+        starts = [0, 2, 4, 6]
+        forks = client.gather(client.map(write_rows, [fork] * 4, starts, [s + 2 for s in starts]))
+        out["worker pids"] = len(set(client.run(lambda: __import__("os").getpid()).values()))
+        session.merge(*forks)
+        ds = dataset(0, 8)
+        ds.zarrx.to_zarr(session.store, group="ds", mode="w", compute=False)  # metadata and coordinates
+        fork = session.fork()
+        parts = [ds.drop_vars(["time", "x"]).isel(time=slice(s, s + 2)) for s in starts]
+        session.merge(*client.gather(client.map(write_region, [fork] * 4, parts, starts, [s + 2 for s in starts])))
+        session.commit("distributed")
+        # a dask write sent to the workers with a session would lose its writes there: refused
+        lost = repo.writable_session("main")
+        for name, store in (("fork", lost.fork().store), ("session", lost.store)):
+            target = zarrx.open_array(store, "grid", mode="r+")
+            try:
+                zarrx.to_zarr(da.ones((4, 6), chunks=(2, 6), dtype="int64"), target, region=(slice(0, 4),))
+                out[f"refused {name}"] = None
+            except Exception as error:
+                out[f"refused {name}"] = chain(error)
+    read = repo.readonly_session("main")
+    out["grid zarrx"] = zarrx.open_array(read.store, "grid")[...].tolist()
+    out["grid zarr"] = zarr.open_array(read.store, path="grid", mode="r")[...].tolist()
+    out["ds engine=zarrx"] = as_json(xr.open_dataset(read.store, group="ds", engine="zarrx"))
+    out["ds engine=zarr"] = as_json(xr.open_dataset(read.store, group="ds", engine="zarr"))
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory):
+    script = tmp_path_factory.mktemp("distributed-script") / "distributed_writes.py"
+    script.write_text(DISTRIBUTED)  # a file: the workers' processes import the functions from __main__
+    return run_icechunk(f"exec(open({str(script)!r}).read())", str(tmp_path_factory.mktemp("icechunk") / "repo"))
+
+
+def test_forked_sessions_written_by_worker_processes_are_merged_before_the_commit(distributed):
+    assert distributed["worker pids"] == 2
+    grid = np.arange(48).reshape(8, 6).tolist()
+    assert distributed["grid zarrx"] == grid
+    assert distributed["grid zarr"] == grid
+    assert distributed["ds engine=zarrx"] == dataset_json(0, 8)
+    assert distributed["ds engine=zarr"] == dataset_json(0, 8)
+
+
+@pytest.mark.parametrize("kind", ["fork", "session"])
+def test_a_dask_write_that_would_lose_its_writes_in_a_worker_is_refused(distributed, kind):
+    chain = distributed[f"refused {kind}"]
+    assert chain is not None, "the write was sent to the workers"
+    zarrx_errors = [text for text in chain if text.startswith("StoreError: cannot send a write of array '/grid'")]
+    assert zarrx_errors, chain  # distributed wraps it in its TypeError for what it could not send
+    assert "Icechunk session" in zarrx_errors[0] and "session.fork()" in zarrx_errors[0]
