@@ -260,3 +260,78 @@ def test_a_dask_write_that_would_lose_its_writes_in_a_worker_is_refused(distribu
     zarrx_errors = [text for text in chain if text.startswith("StoreError: cannot send a write of array '/grid'")]
     assert zarrx_errors, chain  # distributed wraps it in its TypeError for what it could not send
     assert "Icechunk session" in zarrx_errors[0] and "session.fork()" in zarrx_errors[0]
+
+
+VIRTUAL = RECIPE + """
+import os, h5py, netCDF4
+from zarr.codecs.numcodecs import Shuffle, Zlib
+folder = sys.argv[1]
+path = os.path.join(folder, "data.nc")
+with netCDF4.Dataset(path, "w") as nc:  # chunked, one variable plain, one shuffled and deflated
+    nc.createDimension("time", 6)
+    nc.createDimension("x", 8)
+    t = nc.createVariable("t", "f4", ("time", "x"), chunksizes=(2, 8), fill_value=False)
+    t[:] = np.arange(48, dtype="f4").reshape(6, 8) / 4
+    t.units = "K"
+    z = nc.createVariable("z", "i4", ("time", "x"), chunksizes=(3, 4), zlib=True, complevel=4, fill_value=False)
+    z[:] = np.arange(48, dtype="i4").reshape(6, 8) * 7
+    nc.createVariable("time", "i8", ("time",))[:] = np.arange(6)
+    nc.title = "virtual"
+
+# the chunks of the file as virtual references, as VirtualiZarr writes them
+prefix = f"file://{folder}/"
+access = {prefix: icechunk.credentials.LocalFileSystemAccess}
+config = icechunk.RepositoryConfig.default()
+config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(folder)))
+storage = icechunk.local_filesystem_storage(os.path.join(folder, "repo"))
+repo = icechunk.Repository.create(storage, config, authorize_virtual_chunk_access=access)
+session = repo.writable_session("main")
+root = zarr.group(session.store, attributes={"title": "virtual"})
+with h5py.File(path, "r") as h5:
+    for name in ("t", "z", "time"):
+        variable = h5[name]
+        chunks = variable.chunks or variable.shape
+        compressors = [Shuffle(elementsize=variable.dtype.itemsize)] if variable.shuffle else []
+        compressors += [Zlib(level=variable.compression_opts)] if variable.compression == "gzip" else []
+        attributes = {"units": variable.attrs["units"].decode()} if "units" in variable.attrs else {}
+        root.create_array(name, shape=variable.shape, chunks=chunks, dtype=variable.dtype, fill_value=None,
+                          compressors=compressors, dimension_names=["time", "x"][: variable.ndim], attributes=attributes)
+        if variable.chunks is None:
+            session.store.set_virtual_ref(f"{name}/c/0", f"file://{path}", offset=variable.id.get_offset(),
+                                          length=variable.id.get_storage_size())
+            continue
+        for index in range(variable.id.get_num_chunks()):
+            info = variable.id.get_chunk_info(index)
+            coords = "/".join(str(start // size) for start, size in zip(info.chunk_offset, chunks))
+            session.store.set_virtual_ref(f"{name}/c/{coords}", f"file://{path}", offset=info.byte_offset, length=info.size)
+session.commit("virtual references")
+
+def described(ds):
+    return {name: {"values": ds[name].values.tolist(), "dtype": str(ds[name].dtype), "attrs": dict(ds[name].attrs)}
+            for name in sorted(ds.variables)} | {"attrs": dict(ds.attrs)}
+
+read = icechunk.Repository.open(storage, authorize_virtual_chunk_access=access).readonly_session("main")
+out["netcdf"] = described(xr.open_dataset(path))
+out["engine=zarrx"] = described(xr.open_dataset(read.store, engine="zarrx"))
+out["engine=zarrx chunks"] = described(xr.open_dataset(read.store, engine="zarrx", chunks={}))
+out["engine=zarr"] = described(xr.open_dataset(read.store, engine="zarr"))
+out["zarrx.open_array"] = {name: zarrx.open_array(read.store, name)[...].tolist() for name in ("t", "z", "time")}
+out["chunk types"] = {name: str(read.chunk_type(f"/{name}", [0] * (1 if name == "time" else 2))) for name in ("t", "z", "time")}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def virtual(tmp_path_factory):
+    return run_icechunk(VIRTUAL, str(tmp_path_factory.mktemp("virtual")))
+
+
+def test_virtual_chunks_of_a_netcdf_file_read_through_zarrx_as_the_file_itself(virtual):
+    netcdf = virtual["netcdf"]
+    assert netcdf["t"]["values"] == (np.arange(48, dtype="f4").reshape(6, 8) / 4).tolist()
+    assert netcdf["z"]["values"] == (np.arange(48).reshape(6, 8) * 7).tolist()
+    assert netcdf["attrs"] == {"title": "virtual"} and netcdf["t"]["attrs"] == {"units": "K"}
+    for reader in ("engine=zarrx", "engine=zarrx chunks", "engine=zarr"):
+        assert virtual[reader] == netcdf, reader
+    assert virtual["zarrx.open_array"] == {name: netcdf[name]["values"] for name in ("t", "z", "time")}
+    assert {kind.rpartition(".")[2].lower() for kind in virtual["chunk types"].values()} == {"virtual"}, virtual["chunk types"]
