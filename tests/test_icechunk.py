@@ -335,3 +335,29 @@ def test_virtual_chunks_of_a_netcdf_file_read_through_zarrx_as_the_file_itself(v
         assert virtual[reader] == netcdf, reader
     assert virtual["zarrx.open_array"] == {name: netcdf[name]["values"] for name in ("t", "z", "time")}
     assert {kind.rpartition(".")[2].lower() for kind in virtual["chunk types"].values()} == {"virtual"}, virtual["chunk types"]
+
+
+def icechunk_examples() -> list[tuple[int, str]]:
+    """(line, source) of the Icechunk examples of docs/stack.md: ``{code-block} python`` blocks
+    with the class ``icechunk`` (tests/test_docs.py runs only plain ``python`` blocks, in this
+    interpreter, which has no icechunk)."""
+    from .test_docs import code_blocks
+
+    examples = []
+    for line, source in code_blocks(DOCS_PAGE, ("{code-block}",)):
+        options = re.findall(r"^:(\w+):[ \t]*(.*)$", source, flags=re.M)
+        if ("class", "icechunk") in options:
+            body = "\n".join(text for text in source.splitlines() if not re.match(r"^:\w+:", text))
+            examples.append((line, body))
+    return examples
+
+
+def test_the_icechunk_examples_of_the_docs_run(tmp_path):
+    examples = icechunk_examples()
+    assert len(examples) >= 4, "the Icechunk section of docs/stack.md lost its examples"
+    script = tmp_path / "stack_examples.py"
+    script.write_text("\n".join(f"# docs/stack.md:{line}\n{source}\n" for line, source in examples)
+                      + "\nimport json\nprint(json.dumps({'ran': %d}))\n" % len(examples))  # fmt: skip
+    assert run_icechunk(f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))") == {
+        "ran": len(examples)
+    }
