@@ -361,3 +361,53 @@ def test_the_icechunk_examples_of_the_docs_run(tmp_path):
     assert run_icechunk(f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))") == {
         "ran": len(examples)
     }
+
+
+# -- in this interpreter: what zarrx does with zarr-python stores that behave as Icechunk's ----------
+def no_consolidation_store():
+    """A zarr-python MemoryStore that, like Icechunk's store, keeps no consolidated metadata."""
+    import zarr
+
+    class NoConsolidation(zarr.storage.MemoryStore):
+        @property
+        def supports_consolidated_metadata(self) -> bool:
+            return False
+
+    return NoConsolidation()
+
+
+def test_a_store_without_consolidated_metadata_gets_none_written_looked_for_or_warned_about():
+    import warnings
+
+    import xarray as xr
+
+    import zarrx
+    from zarrx.errors import StoreTypeError
+
+    store = no_consolidation_store()
+    ds = xr.Dataset({"t": (("x",), np.arange(4.0))}, coords={"x": np.arange(4)})
+    ds.zarrx.to_zarr(store, mode="w")
+    ds.zarrx.to_zarr(store, group="sub", mode="w", consolidated=True)  # as xarray: not where none is kept
+    assert "consolidated_metadata" not in json.loads(zarrx.storage.make_store(store).get("zarr.json"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert xr.open_dataset(store, engine="zarrx").t.values.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert xr.open_dataset(store, engine="zarrx", consolidated=True).x.values.tolist() == [0, 1, 2, 3]
+    with pytest.raises(StoreTypeError, match="keeps no consolidated metadata"):
+        zarrx.consolidate_metadata(store)
+
+
+def test_a_write_into_a_zarr_python_memory_store_is_never_sent_to_another_process(tmp_path):
+    import pickle
+
+    import zarr
+
+    import zarrx
+    from zarrx.errors import StoreError
+
+    array = zarrx.create_array(zarr.storage.MemoryStore(), "kept", shape=(4,), chunks=(2,), dtype="int8")
+    assert array.store.process_local
+    pickle.dumps(array.handle)  # reading is fine: the copy reads what was there
+    with pytest.raises(StoreError, match="cannot send a write of array '/kept'.*keeps its writes in this process"):
+        pickle.dumps(array.handle.evolve(for_writing=True))
+    assert not zarrx.create_array(zarr.storage.LocalStore(str(tmp_path)), shape=(1,), dtype="u1").store.process_local
