@@ -20,6 +20,12 @@ and its requests get what zarrx's own remote stores get (:mod:`zarrx.storage.tra
   ``Range: bytes=0-`` and servers without ranges refuse); a value larger than the caller's
   ``max_size`` is refused (after the read: zarr-python's stores have no bound on a body).
 
+The store's abilities are its own (``supports_consolidated_metadata``: Icechunk keeps none);
+an Icechunk session's store (``icechunk.IcechunkStore``) is ``transactional`` -- its writes wait
+for the commit, so zarrx sends them as made, a node before its chunks -- and, like a
+zarr-python ``MemoryStore``, ``process_local`` when writable: a pickled copy (a fork sent to a
+worker) keeps the writes made with it, so zarrx never sends a write task to another process.
+
 The objects are recognised by type -- ``isinstance(obj, zarr.abc.store.Store)``,
 ``isinstance(obj, zarr.Array)`` -- looked up in ``sys.modules`` only: a zarr-python object exists
 only once zarr-python is imported, so zarrx never imports it itself.
