@@ -228,6 +228,11 @@ if __name__ == "__main__":
                 out[f"refused {name}"] = None
             except Exception as error:
                 out[f"refused {name}"] = chain(error)
+        try:  # dask-backed variables of a Dataset
+            dataset(0, 2).zarrx.to_zarr(lost.store, group="lost", mode="w")
+            out["refused dataset"] = None
+        except Exception as error:
+            out["refused dataset"] = chain(error)
     read = repo.readonly_session("main")
     out["grid zarrx"] = zarrx.open_array(read.store, "grid")[...].tolist()
     out["grid zarr"] = zarr.open_array(read.store, path="grid", mode="r")[...].tolist()
@@ -253,11 +258,11 @@ def test_forked_sessions_written_by_worker_processes_are_merged_before_the_commi
     assert distributed["ds engine=zarr"] == dataset_json(0, 8)
 
 
-@pytest.mark.parametrize("kind", ["fork", "session"])
-def test_a_dask_write_that_would_lose_its_writes_in_a_worker_is_refused(distributed, kind):
+@pytest.mark.parametrize("kind, array", [("fork", "/grid"), ("session", "/grid"), ("dataset", "/lost/u")])
+def test_a_dask_write_that_would_lose_its_writes_in_a_worker_is_refused(distributed, kind, array):
     chain = distributed[f"refused {kind}"]
     assert chain is not None, "the write was sent to the workers"
-    zarrx_errors = [text for text in chain if text.startswith("StoreError: cannot send a write of array '/grid'")]
+    zarrx_errors = [text for text in chain if text.startswith(f"StoreError: cannot send a write of array {array!r}")]
     assert zarrx_errors, chain  # distributed wraps it in its TypeError for what it could not send
     assert "Icechunk session" in zarrx_errors[0] and "session.fork()" in zarrx_errors[0]
 
