@@ -218,6 +218,11 @@ if __name__ == "__main__":
         fork = session.fork()
         parts = [ds.drop_vars(["time", "x"]).isel(time=slice(s, s + 2)) for s in starts]
         session.merge(*client.gather(client.map(write_region, [fork] * 4, parts, starts, [s + 2 for s in starts])))
+        # the helper: zarrx.to_zarr's graph, each task writing into a fork it returns, merged in a tree
+        from zarrx.dask.icechunk import to_icechunk
+        to_icechunk(da.arange(64, chunks=8).reshape(8, 8), session, "helper/new", chunks=(2, 4))
+        zarrx.create_array(session.store, "helper/region", shape=(10, 8), chunks=(2, 8), dtype="int64", fill_value=-1)
+        to_icechunk(da.arange(48, chunks=4).reshape(6, 8), session, "helper/region", region=(slice(2, 8),), split_every=2)
         session.commit("distributed")
         # a dask write sent to the workers with a session would lose its writes there: refused
         lost = repo.writable_session("main")
@@ -236,6 +241,10 @@ if __name__ == "__main__":
     read = repo.readonly_session("main")
     out["grid zarrx"] = zarrx.open_array(read.store, "grid")[...].tolist()
     out["grid zarr"] = zarr.open_array(read.store, path="grid", mode="r")[...].tolist()
+    for name in ("helper/new", "helper/region"):
+        out[f"{name} zarrx"] = zarrx.open_array(read.store, name)[...].tolist()
+        out[f"{name} zarr"] = zarr.open_array(read.store, path=name, mode="r")[...].tolist()
+    out["helper/new chunks"] = list(zarr.open_array(read.store, path="helper/new", mode="r").chunks)
     out["ds engine=zarrx"] = as_json(xr.open_dataset(read.store, group="ds", engine="zarrx"))
     out["ds engine=zarr"] = as_json(xr.open_dataset(read.store, group="ds", engine="zarr"))
     print(json.dumps(out))
@@ -256,6 +265,31 @@ def test_forked_sessions_written_by_worker_processes_are_merged_before_the_commi
     assert distributed["grid zarr"] == grid
     assert distributed["ds engine=zarrx"] == dataset_json(0, 8)
     assert distributed["ds engine=zarr"] == dataset_json(0, 8)
+
+
+def test_to_icechunk_writes_a_dask_array_from_worker_processes_through_forks(distributed):
+    new = np.arange(64).reshape(8, 8).tolist()
+    region = np.full((10, 8), -1)
+    region[2:8] = np.arange(48).reshape(6, 8)
+    for reader in ("zarrx", "zarr"):
+        assert distributed[f"helper/new {reader}"] == new, reader
+        assert distributed[f"helper/region {reader}"] == region.tolist(), reader
+    assert distributed["helper/new chunks"] == [2, 4]  # blocks of (1, 8) were aligned on them first
+
+
+def test_to_icechunk_is_not_imported_by_zarrx_and_wants_a_session():
+    import subprocess
+    import sys
+
+    import dask.array as da
+
+    from zarrx.dask.icechunk import to_icechunk
+    from zarrx.errors import UsageError
+
+    code = "import sys, zarrx, zarrx.dask; print('zarrx.dask.icechunk' in sys.modules, 'icechunk' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == ["False"] * 2
+    with pytest.raises(UsageError, match="Icechunk session"):
+        to_icechunk(da.ones(2), {})
 
 
 @pytest.mark.parametrize("kind, array", [("fork", "/grid"), ("session", "/grid"), ("dataset", "/lost/u")])
