@@ -227,8 +227,9 @@ class ArrayHandle:
             raise StoreError(
                 f"cannot send a write of array {self.name!r} in {self.store!r} to another process: the store keeps "
                 "its writes in this process (an in-memory store, an Icechunk session), so the writes would be lost "
-                "there; use dask's threaded scheduler, a LocalStore / fsspec URL, or with Icechunk give each worker "
-                "a session.fork() and merge the forks it returns (docs: 'With Icechunk, obstore and references')"
+                "there; use dask's threaded scheduler, a LocalStore / fsspec URL, or for an Icechunk session "
+                "zarrx.dask.icechunk.to_icechunk(x, session, ...), or give each worker a session.fork() and merge "
+                "the forks it returns (docs: 'With Icechunk, obstore and references')"
             )
         return {name: getattr(self, name) for name in ("store", "path", "metadata", "write_empty_chunks", "for_writing")}
 
