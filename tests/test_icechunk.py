@@ -421,6 +421,7 @@ def test_a_store_without_consolidated_metadata_gets_none_written_looked_for_or_w
     import xarray as xr
 
     import zarrx
+    import zarrx.xarray  # noqa: F401 (the .zarrx accessors)
     from zarrx.errors import StoreTypeError
 
     store = no_consolidation_store()
