@@ -221,12 +221,15 @@ class ArrayHandle:
     # -- pickling and tokenizing -----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         if self.for_writing and self.store.process_local:
-            # Pickling copies an in-memory store (MemoryStore, memory://, or a wrapper of one): a
-            # worker process would write into its copy and the data would be lost without a word.
-            # Refuse instead (threads never pickle).
+            # Pickling copies an in-memory store (MemoryStore, memory://, or a wrapper of one) or an
+            # Icechunk session's changes: a worker process would write into its copy and the data
+            # would be lost without a word. Refuse instead (threads never pickle).
             raise StoreError(
-                f"cannot send a write of array {self.name!r} in an in-memory store to another process "
-                "(the writes would be lost there); use dask's threaded scheduler, or a LocalStore / fsspec URL"
+                f"cannot send a write of array {self.name!r} in {self.store!r} to another process: the store keeps "
+                "its writes in this process (an in-memory store, an Icechunk session), so the writes would be lost "
+                "there; use dask's threaded scheduler, a LocalStore / fsspec URL, or for an Icechunk session "
+                "zarrx.dask.icechunk.to_icechunk(x, session, ...), or give each worker a session.fork() and merge "
+                "the forks it returns (docs: 'With Icechunk, obstore and references')"
             )
         return {name: getattr(self, name) for name in ("store", "path", "metadata", "write_empty_chunks", "for_writing")}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError, StoreError
+from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError, StoreError, StoreTypeError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
 from zarrx.metadata.v2 import ZMETADATA, ConsolidatedMetadataV2
@@ -280,6 +280,9 @@ def consolidate_metadata(store: Any, path: str = "", storage_options: dict[str, 
     True
     """
     zstore = make_store(store, mode="r+", storage_options=storage_options)
+    if not zstore.supports_consolidated_metadata:  # zarr-python raises a TypeError too
+        raise StoreTypeError(f"the store {zstore!r} keeps no consolidated metadata (an Icechunk session lists "
+                             "its metadata itself): there is nothing to consolidate")  # fmt: skip
     path = normalize_path(path, allow_reserved=True)
     key = join_key(path, ZARR_JSON)
     with metadata_lock(zstore):  # no metadata write of another writer between the reads and the write

@@ -334,6 +334,10 @@ class Array(Node[ArrayMetadataLike]):
             # cannot be decoded stops the resize with the array untouched.
             cut = [n < o or new_shape == old.shape for n, o in zip(new_shape, old.shape)]
             updates, deletes = self._clear_past_edge(new, cut)
+        if self._store.transactional:  # an Icechunk session: nothing shows before its commit, and it
+            self._apply(updates, deletes, new_shape, shown=False)  # deletes only chunks inside the shape
+            self._write_metadata(new, now=True)
+            return
         self._write_metadata(new, now=bool(updates or deletes))  # every copy shows the new shape before
         self._apply(updates, deletes, new_shape, shown=True)
 
@@ -452,7 +456,10 @@ class Array(Node[ArrayMetadataLike]):
         # on a rectilinear grid whose edges end at the array's end, the data becomes one new chunk
         grid = self._metadata.chunk_grid.with_appended(axis, old_length, shape[axis])
         region = tuple(slice(old_length, None) if d == axis else slice(None) for d in range(self.ndim))
-        return self._staged(self._resized_metadata(new_shape, grid.resized(new_shape))), region
+        staged = self._staged(self._resized_metadata(new_shape, grid.resized(new_shape)))
+        if self.store.transactional:  # an Icechunk session: nothing shows before its commit, and chunks
+            staged.commit()  # past the stored shape are refused, so the shape goes first
+        return staged, region
 
 
 class _OIndex:

@@ -25,6 +25,8 @@ than test its class (zarr-python 3's ``supports_*``):
 ``consistent_ranges``          ``get_ranges`` reads all the ranges of one key from one version
                                of its value (a shard's index and its inner chunks belong together)
 ``preferred_concurrency``      requests one batch should keep in flight (1 when it does not matter)
+``supports_consolidated_...``  zarr-python's ``supports_consolidated_metadata``: False, no copy is kept (Icechunk)
+``transactional``              writes wait in a session for its commit (Icechunk): sent as made, never staged
 ``local_path(key)``            the file holding ``key`` on this machine, or None
 ``location``                   what identifies the stored data: two stores with equal locations
                                hold the same keys (the same folder, dict or URL)
@@ -227,6 +229,8 @@ class Store(MetadataUpdates, ABC):
     consistent_ranges: bool = False
     preferred_concurrency: int = 1
     follow_external_links: bool = False
+    supports_consolidated_metadata: bool = True
+    transactional: bool = False
 
     def local_path(self, key: str) -> str | None:
         """The file on this machine that holds ``key`` (whether it exists or not), or None."""
@@ -415,6 +419,9 @@ class WrapperStore(ForwardedMetadataUpdates, Store):
     @property
     def follow_external_links(self) -> bool:  # type: ignore[override]
         return self.inner.follow_external_links
+
+    supports_consolidated_metadata = property(lambda self: self.inner.supports_consolidated_metadata)  # type: ignore
+    transactional = property(lambda self: self.inner.transactional)  # type: ignore
 
     @property
     def location(self) -> Any:

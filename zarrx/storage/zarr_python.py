@@ -20,6 +20,12 @@ and its requests get what zarrx's own remote stores get (:mod:`zarrx.storage.tra
   ``Range: bytes=0-`` and servers without ranges refuse); a value larger than the caller's
   ``max_size`` is refused (after the read: zarr-python's stores have no bound on a body).
 
+The store's abilities are its own (``supports_consolidated_metadata``: Icechunk keeps none);
+an Icechunk session's store (``icechunk.IcechunkStore``) is ``transactional`` -- its writes wait
+for the commit, so zarrx sends them as made, a node before its chunks -- and, like a
+zarr-python ``MemoryStore``, ``process_local`` when writable: a pickled copy (a fork sent to a
+worker) keeps the writes made with it, so zarrx never sends a write task to another process.
+
 The objects are recognised by type -- ``isinstance(obj, zarr.abc.store.Store)``,
 ``isinstance(obj, zarr.Array)`` -- looked up in ``sys.modules`` only: a zarr-python object exists
 only once zarr-python is imported, so zarrx never imports it itself.
@@ -72,6 +78,12 @@ def is_zarr_python_store(obj: Any) -> bool:
     """
     base = _loaded("zarr.abc.store", "Store")
     return base is not None and isinstance(obj, base)
+
+
+def _is_session_store(store: Any) -> bool:
+    """Whether ``store`` is an Icechunk session's store (``icechunk.IcechunkStore``), never importing icechunk."""
+    kind = _loaded("icechunk.store", "IcechunkStore")
+    return kind is not None and isinstance(store, kind)
 
 
 def zarr_python_array_location(obj: Any) -> tuple["ZarrPythonStore", str] | None:
@@ -290,6 +302,23 @@ class ZarrPythonStore(Store):
     @property
     def supports_listing(self) -> bool:  # type: ignore[override]
         return bool(getattr(self._store, "supports_listing", True))
+
+    @property
+    def supports_consolidated_metadata(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self._store, "supports_consolidated_metadata", True))
+
+    @property
+    def transactional(self) -> bool:  # type: ignore[override]
+        return _is_session_store(self._store)
+
+    @property
+    def process_local(self) -> bool:  # type: ignore[override]
+        # a pickled copy of a zarr-python MemoryStore, or of a writable Icechunk session (a fork),
+        # keeps the writes made with it to itself: zarrx never sends such a write to another process
+        memory = _loaded("zarr.storage", "MemoryStore")
+        return (memory is not None and isinstance(self._store, memory)) or (
+            _is_session_store(self._store) and not self.read_only
+        )
 
     @property
     def location(self) -> Any:

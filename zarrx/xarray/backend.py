@@ -110,7 +110,8 @@ def open_zarrx_group(
 
     ``consolidated=None`` uses the consolidated metadata of the store's root (or of the group
     itself) when there is some and lists the store otherwise, silently; ``True`` requires it
-    (:class:`~zarrx.errors.MetadataError` when there is none); ``False`` always lists.
+    (:class:`~zarrx.errors.MetadataError` when there is none); ``False`` always lists, and so does
+    a store that keeps no consolidated metadata (an Icechunk session), as xarray's engine does.
 
     Examples
     --------
@@ -128,7 +129,7 @@ def open_zarrx_group(
         store, group = store.store, "/".join(p for p in (store.path, _group_path(group)) if p)
     zstore = make_store(_store_argument(store), mode="r", storage_options=storage_options)
     path = _group_path(group)
-    if consolidated is False:
+    if consolidated is False or not zstore.supports_consolidated_metadata:  # Icechunk keeps none (as xarray)
         return open_group(zstore, path, mode="r", zarr_format=zarr_format, use_consolidated=False)
     # Consolidated metadata usually sits in the root's document (zarr-python and zarrx write it
     # there): one read opens the whole hierarchy, whatever group is asked for.
@@ -245,7 +246,7 @@ def open_data_store(
         # xarray's words for it, which users (and xarray's tests) match
         where = "/" + _group_path(group)
         raise NodeNotFoundError(f"No group found in store {filename_or_obj!r} at {where!r}: {error}") from None
-    if consolidated is None and not zgroup.is_consolidated:
+    if consolidated is None and not zgroup.is_consolidated and zgroup.store.supports_consolidated_metadata:
         warnings.warn(f"{UNCONSOLIDATED_WARNING} (group {zgroup.name!r} in {zgroup.store!r})", RuntimeWarning, stacklevel=2)
     return ZarrxDataStore(
         zgroup,

@@ -280,8 +280,10 @@ def writing(store: Store, group: str | None, mode: str, consolidated: bool | Non
     (or that mode ``w`` replaces whole) no other writer's documents are involved, so the
     consolidated copies are staged too and sent last; otherwise they are updated in the store
     itself once the nodes are there, with the store's own protection of shared documents.
-    Other modes change existing nodes and write directly."""
-    if mode not in ("w", "w-"):
+    Other modes change existing nodes and write directly, and so does every write to a
+    transactional store (an Icechunk session: its writes wait for the commit, and a chunk
+    needs its node's document first)."""
+    if mode not in ("w", "w-") or store.transactional:
         with batched_updates(store):  # consolidated copies rewritten once, not once per variable
             yield store
         consolidate_after_write(store, consolidated, mode)
@@ -316,8 +318,8 @@ def _child_group(root: Group, relative: str, mode: str) -> Group:
 
 def consolidate_after_write(store: Store, consolidated: bool | None, mode: str) -> None:
     """Write (or refresh) the root's consolidated metadata after a write that changed metadata."""
-    if mode == "r+":
-        return  # region writes change no metadata
+    if mode == "r+" or not store.supports_consolidated_metadata:
+        return  # region writes change no metadata; a store like Icechunk keeps no consolidated copy (as xarray)
     if consolidated is False:
         try:
             if not open_group(store, "", mode="r").is_consolidated:
