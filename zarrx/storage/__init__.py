@@ -53,6 +53,8 @@ from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.prefetch import PrefetchStore
+from zarrx.storage.obstore import ObstoreStore, is_obstore_store
+from zarrx.storage.obstore_urls import choose_backend, obstore_from_url
 from zarrx.storage.remote import split_storage_options
 from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
@@ -79,6 +81,7 @@ __all__ = [
     "MetricsStore",
     "PrefetchStore",
     "ZarrPythonStore",
+    "ObstoreStore",
     "make_store",
     "check_mode",
     "MODES",
@@ -150,6 +153,9 @@ def make_store(
     if url_scheme and url_scheme[1].lower() in _LOCAL_SCHEMES and "::" not in store_like:
         return _local(_file_url_path(store_like), read_only, storage_options, follow_external_links, store_like)
     if url_scheme or isinstance(store_like, str) and "::" in store_like:  # "::" chains file systems
+        backend, storage_options = choose_backend(store_like, storage_options)  # fsspec or obstore
+        if backend == "obstore":
+            return obstore_from_url(store_like, storage_options, read_only=read_only)
         return FsspecStore.from_url(store_like, storage_options=storage_options, read_only=read_only)
     if isinstance(store_like, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(store_like))
@@ -162,13 +168,18 @@ def make_store(
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
+    if is_obstore_store(store_like):
+        remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
+        _refuse_options(rest, store_like)
+        return ObstoreStore(store_like, read_only=read_only, options=remote)
     if is_zarr_python_store(store_like):
         remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
         _refuse_options(rest, store_like)
         return ZarrPythonStore(store_like, read_only=read_only, options=remote)
     kind = type(store_like)
     raise StoreTypeError(
-        f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}"
+        f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}; "
+        "or an obstore store (obstore.store.S3Store, HTTPStore, LocalStore, ...)"
     )
 
 
