@@ -10,10 +10,20 @@ a :class:`Store`                                       itself, unchanged
 ``None``                                               a new :class:`MemoryStore`
 a ``dict`` (e.g. ``{}``)                               a :class:`MemoryStore` keeping its values in it
 a ``pathlib.Path``, a path string, ``file://`` URL     a :class:`LocalStore` (root made absolute)
-any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_url`, with ``storage_options``
-``https://``, chained ``simplecache::s3://``)
+``s3://``, ``gs://``, ``az://`` (``abfs://``) URL      an :class:`ObstoreStore` (obstore), fsspec's
+                                                       ``storage_options`` translated; a
+                                                       :class:`FsspecStore` with options obstore
+                                                       cannot honour, without obstore installed, or
+                                                       with ``zarrx_backend="fsspec"``
+                                                       (:mod:`zarrx.storage.obstore_urls`)
+any other fsspec URL (``memory://``, ``https://``,     :meth:`FsspecStore.from_url`, with ``storage_options``
+chained ``simplecache::s3://``)                        (``https://`` through obstore with
+                                                       ``zarrx_backend="obstore"``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
+an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
+``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
+                                                       ``zarrx_*`` ones)
 a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore` over it, paced,
 (``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
@@ -116,14 +126,15 @@ def make_store(
     Parameters
     ----------
     store_like
-        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap`` or a zarr-python store.
+        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap``, a zarr-python store or an obstore store.
     mode
         ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
         one. A Store passed in is returned unchanged, whatever the mode.
     storage_options
-        fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``; for a
-        local folder only ``follow_external_links``; for a zarr-python store only zarrx's own
-        (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
+        fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``
+        (``zarrx_backend``: ``"obstore"``, ``"fsspec"`` or ``"auto"``, the library reading it);
+        for a local folder only ``follow_external_links``; for a zarr-python or obstore store
+        only zarrx's own (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
     follow_external_links
         For a local folder: let reads follow symbolic links that leave it (writes and deletions
         never do). Default False (the storage option of the same name, when given).

@@ -180,13 +180,30 @@ class ObstoreStore(Store):
             self._transfers = Transfers(_OnLoop(get_loop()), reader, self.options)
         return self._transfers
 
+    def url(self, key: str = "") -> str:
+        """Where ``key`` is (``s3://bucket/prefix/key``, the URL of a web server's, a file's path),
+        for messages; the store's repr and the key for a store of no known URL."""
+        config, prefix = getattr(self._store, "config", None) or {}, getattr(self._store, "prefix", None)
+        scheme = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az"}.get(self._kind)
+        base = getattr(self._store, "url", None) if self._kind == "HTTPStore" else None
+        if scheme and config.get("bucket" if scheme != "az" else "container_name"):
+            base = f"{scheme}://{config['bucket' if scheme != 'az' else 'container_name']}"
+            base += f"/{str(prefix).strip('/')}" if prefix else ""
+        elif self._kind == "LocalStore" and prefix is not None:
+            base = str(prefix).rstrip("/")
+        if not isinstance(base, str):
+            return f"{key!r} of obstore {self._store!r}"
+        return f"{base.rstrip('/')}/{key}" if key else base
+
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
         cause = error.__cause__ if isinstance(error, (_Failure, TimedOut)) and error.__cause__ is not None else error
         timed_out, detail = describe_failure(cause, self.options)
         timed_out = timed_out or isinstance(error, TimedOut)
         error_class = StoreTimeoutError if timed_out else StoreError
         where = "(the bucket does not exist) " if isinstance(error, MissingBucket) else ""
-        return error_class(f"could not {action} {key!r} in obstore {self._store!r}: {where}{first_paragraph(detail)}")
+        return error_class(
+            f"could not {action} {key!r} at {self.url(key)} (obstore {self._store!r}): {where}{first_paragraph(detail)}"
+        )
 
     def _value(self, key: str, outcome: Any) -> bytes | None:
         if isinstance(outcome, BaseException):
@@ -212,8 +229,10 @@ class ObstoreStore(Store):
         return self.get_ranges([(key, byte_range)])[0]
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
-        values = dict(self.iter_many(keys, max_size=max_size))
-        return {key: values[key] for key in dict.fromkeys(keys)}  # in the order asked
+        keys = list(dict.fromkeys(keys))
+        reads = self._reads([(key, None) for key in keys], max_size)
+        # the first failure in the order asked is the one raised
+        return {key: self._value(key, outcome) for key, outcome in zip(keys, self.transfers.read_many(reads))}
 
     def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
         reads = self._reads([(key, None) for key in dict.fromkeys(keys)], max_size)
@@ -332,8 +351,13 @@ class ObstoreStore(Store):
             except FileNotFoundError:
                 pass  # absent keys are not an error
 
-        self._call("delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys",
-                   lambda: asyncio.gather(*(delete(key) for key in keys)))  # fmt: skip
+        async def delete_all() -> None:
+            try:  # one request per 1000 keys where the service deletes in bulk (S3's DeleteObjects)
+                await obstore.delete_async(self._store, keys)
+            except FileNotFoundError:  # a store that refuses absent keys in a bulk delete: one by one
+                await asyncio.gather(*(delete(key) for key in keys))
+
+        self._call("delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys", delete_all)
 
     def delete_prefix(self, prefix: str) -> None:
         self._check_writable(validate_prefix(prefix))
