@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import socket
 import time
+from collections import Counter
 
 import numpy as np
 import obstore
@@ -19,6 +20,7 @@ import pytest
 import s3fs
 import xarray as xr
 import zarr
+from fsspec.asyn import get_loop, sync
 from obstore.store import HTTPStore, LocalStore, MemoryStore, S3Store
 
 import zarrx
@@ -27,7 +29,7 @@ from zarrx.storage import (
     FsspecStore, ObstoreStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest, make_store,
 )  # fmt: skip
 
-from tests.http_server import serve_plain, serve_silent
+from tests.http_server import FailFirst, serve_plain, serve_silent
 from tests.s3_server import serve_s3
 
 CREDENTIALS = {"key": "k", "secret": "s"}
@@ -191,6 +193,27 @@ def test_the_backend_is_chosen_by_option_and_fsspec_options_keep_working(s3, mon
     assert isinstance(make_store("s3://obs/x.zarr", storage_options={**options, "zarrx_backend": "fsspec"}), FsspecStore)
     with pytest.raises(StoreError, match="storage_options"):
         make_store(MemoryStore(), storage_options={"anon": True})
+
+
+def test_s3_slowdown_is_retried_by_zarrx_and_shrinks_the_endpoints_window(s3):
+    options = {"endpoint_url": s3.url, **CREDENTIALS, "zarrx_backend": "obstore"}
+    array = zarrx.create_array("s3://obs/slow.zarr", shape=(32,), chunks=(4,), dtype="i4", storage_options=options)
+    array[:] = np.arange(32)
+    s3.fail = FailFirst(2, status=503, paths="/c/")  # S3's SlowDown, twice for every chunk
+    s3.reset()
+    try:
+        reader = zarrx.open_array("s3://obs/slow.zarr", storage_options=options)
+        assert reader[:].tolist() == list(range(32))
+    finally:
+        s3.fail = None
+    per_key = Counter(r.path for r in s3.requests if "/c/" in r.path)
+    assert len(per_key) == 8 and set(per_key.values()) == {3}  # two SlowDowns, then the object
+    limiter = sync(get_loop(), _limiter_of, reader.store)
+    assert limiter.counts["throttled"] >= 2 and limiter.counts["decreases"] >= 1
+
+
+async def _limiter_of(store):
+    return store.transfers.limiter("c/0")
 
 
 # -- errors ----------------------------------------------------------------------------------------

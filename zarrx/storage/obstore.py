@@ -13,9 +13,11 @@ coroutine each, and get what zarrx's own remote stores get (:mod:`zarrx.storage.
 * each waits for a slot of the :class:`~zarrx.storage.limiter.HostLimiter` of its host (the
   endpoint of an ``S3Store``, the URL of an ``HTTPStore``, the bucket of a ``GCSStore``, ...),
   shared with every other zarrx store reading that host;
-* a transient failure (a timeout, "error sending request") is retried within
-  ``zarrx_request_deadline`` and ``zarrx_batch_deadline`` -- by obstore itself for a store zarrx
-  built from a URL (its ``retry_config`` is zarrx's ``zarrx_retries``), else also by zarrx;
+* a transient failure (a timeout, "error sending request", 429/500/502/503/504) is retried by zarrx
+  after a jittered backoff, at most ``zarrx_retries`` times, within ``zarrx_request_deadline`` and
+  ``zarrx_batch_deadline``, and an answer saying overload (503 SlowDown, 429, a timeout) shrinks the
+  host's window. The stores zarrx builds from URLs have obstore's own retries off, so zarrx sees
+  every answer; a store given to zarrx keeps the retries it was made with, within zarrx's deadlines;
 * every obstore exception becomes a :class:`~zarrx.errors.StoreError` (a
   :class:`~zarrx.errors.StoreTimeoutError` for timeouts) naming the key and the store; obstore's
   ``NotFoundError`` is a missing key (None), except for a bucket that does not exist;
@@ -88,9 +90,6 @@ class ObstoreStore(Store):
     options
         zarrx's remote options (concurrency cap, retries, deadlines, read size limit); default:
         from the environment, else the defaults of :mod:`zarrx.storage.remote`.
-    retries_configured
-        obstore's own retries were set from ``options`` (a store zarrx built from a URL): zarrx
-        does not retry on top of them. Else zarrx retries transient failures itself too.
 
     Examples
     --------
@@ -101,14 +100,10 @@ class ObstoreStore(Store):
     ({'a/zarr.json': b'{}', 'b': None}, ['a'])
     """
 
-    def __init__(
-        self, store: Any, read_only: bool = False, options: RemoteOptions | None = None, *,
-        retries_configured: bool = False,
-    ) -> None:  # fmt: skip
+    def __init__(self, store: Any, read_only: bool = False, options: RemoteOptions | None = None) -> None:
         self._store = store
         self.read_only = bool(read_only)
         self.options = options if options is not None else RemoteOptions()
-        self.retries_configured = retries_configured
         self._transfers: Transfers | None = None
 
     @property
@@ -122,8 +117,7 @@ class ObstoreStore(Store):
                 f"cannot send {self!r} to another process (an obstore MemoryStore lives in the one that made "
                 "it); use dask's threaded scheduler, or a LocalStore, S3Store, ..."
             )
-        return {"_store": self._store, "read_only": self.read_only, "options": self.options,
-                "retries_configured": self.retries_configured}  # fmt: skip
+        return {"_store": self._store, "read_only": self.read_only, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _transfers=None)
@@ -176,8 +170,7 @@ class ObstoreStore(Store):
         if self._transfers is None:
             from fsspec.asyn import get_loop
 
-            reader = ObstoreReader(self._store, retries=not self.retries_configured)
-            self._transfers = Transfers(_OnLoop(get_loop()), reader, self.options)
+            self._transfers = Transfers(_OnLoop(get_loop()), ObstoreReader(self._store), self.options)
         return self._transfers
 
     def url(self, key: str = "") -> str:
@@ -211,13 +204,21 @@ class ObstoreStore(Store):
         return outcome
 
     def _call(self, action: str, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
-        """One call of the store (a listing, a delete, a HEAD) within the request deadline, errors wrapped."""
-        try:
-            return self.transfers.call(f"{action} {key!r}", lambda: call(make()))
-        except ZarrxError:
-            raise
-        except Exception as error:
-            raise self._error(action, key, error) from error
+        """One call of the store (a listing, a delete, a HEAD), paced, retried and bounded in time as
+        reads are, errors wrapped."""
+
+        async def send(attempt: Attempt) -> Any:
+            sent = time.monotonic()
+            result = await call(make())
+            attempt.latency = time.monotonic() - sent
+            return result
+
+        outcome = self.transfers.send_many([(key, send)])[0]
+        if isinstance(outcome, ZarrxError):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            raise self._error(action, key, outcome) from outcome
+        return outcome
 
     # -- reading -------------------------------------------------------------------
     def _reads(self, requests: Sequence[tuple[str, ByteRequest | None]], max_size: int | None) -> list[ObjectRead]:

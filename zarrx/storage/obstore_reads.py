@@ -12,18 +12,21 @@ is a missing key (None), or :class:`MissingBucket` when the bucket itself is mis
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from zarrx.errors import StoreError
 from zarrx.storage.http import host_of
-from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead
+from zarrx.storage.transfers import RETRY_STATUSES, Attempt, BodyTooLarge, ObjectRead, ServerAnswer
 from zarrx.storage.zarr_python import CONNECTION_FAILURES, _Failure, _hedged
 
 __all__ = ["ObstoreReader", "MissingBucket", "store_host", "call", "not_found", "first_paragraph", "TimedOut"]
 
 #: signs, in an obstore error's text, of a timeout (reqwest's "operation timed out", hyper's TimedOut)
 TIMEOUT_SIGNS = ("timed out", "timedout", "deadline has elapsed")
+#: the status of an answer in an obstore error's text (object_store's "non-2xx status code: 503 ...")
+_STATUS = re.compile(r"status code: (\d{3})")
 #: obstore stores of object store services, whose listen backlogs do not drop connection attempts
 OBJECT_STORE_SERVICES = frozenset({"S3Store", "GCSStore", "AzureStore"})
 #: signs of a range starting past the end of the value (S3's 416, object_store's own check)
@@ -65,14 +68,18 @@ class TimedOut(TimeoutError):
 
 
 async def call(awaitable: Awaitable[Any]) -> Any:
-    """Await an obstore call; a timeout or connection failure told only in the error's text
-    becomes a TimeoutError or a ConnectionError, which :mod:`zarrx.storage.transfers` classifies."""
+    """Await an obstore call; an error status, a timeout or a connection failure told only in the
+    error's text becomes a :class:`~zarrx.storage.transfers.ServerAnswer`, a TimeoutError or a
+    ConnectionError, which :mod:`zarrx.storage.transfers` retries and counts as overload."""
     try:
         return await awaitable
     except (ConnectionError, TimeoutError, asyncio.TimeoutError, StoreError, FileNotFoundError):
         raise
     except Exception as error:
         text = str(error).lower()
+        status = _STATUS.search(text)
+        if status is not None and int(status[1]) in RETRY_STATUSES:  # 503 SlowDown, 429, 500, ...: for the limiter
+            raise ServerAnswer(int(status[1]), first_paragraph(str(error))[:300], None) from error
         if any(sign in text for sign in TIMEOUT_SIGNS):
             raise TimedOut(f"{type(error).__name__}: {first_paragraph(str(error))}") from error
         if any(sign in text for sign in CONNECTION_FAILURES):
@@ -123,10 +130,11 @@ class ObstoreReader:
     #: requests in flight a host starts with, out of slow start (zarr-python's default concurrency)
     initial_requests = 10
 
-    def __init__(self, store: Any, retries: bool) -> None:
+    #: zarrx retries transient failures (obstore's own retries are off in the stores zarrx builds)
+    retries = True
+
+    def __init__(self, store: Any) -> None:
         self.store = store
-        #: zarrx retries transient failures too (a store the user configured: its own retries unknown)
-        self.retries = retries
         self._host = store_host(store)
         #: late requests are sent again (a web server), see :meth:`_send`
         self.hedges = type(store).__name__ not in OBJECT_STORE_SERVICES

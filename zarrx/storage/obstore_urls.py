@@ -23,8 +23,8 @@ Other URLs (``memory://``, chained ``simplecache::s3://``, ``reference://``, ...
 translated (:data:`S3_OPTIONS` ... :data:`HTTP_OPTIONS`; values of options listed in
 :data:`IGNORED` concern only fsspec's caches and file objects and are dropped). zarrx's own
 ``zarrx_*`` options set obstore's client: ``zarrx_connect_timeout`` its ``connect_timeout``,
-``zarrx_timeout`` its ``read_timeout``, ``zarrx_request_deadline`` its overall ``timeout`` and
-retry timeout, ``zarrx_retries`` its ``max_retries`` -- so zarrx does not retry on top of obstore.
+``zarrx_timeout`` its ``read_timeout``, ``zarrx_request_deadline`` its overall ``timeout``; its own
+retries are off: zarrx retries (``zarrx_retries``) and so sees every answer that says overload.
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ def obstore_from_url(url: str, storage_options: Mapping[str, Any] | None = None,
     client = {"connect_timeout": timedelta(seconds=remote.connect_timeout),
               "read_timeout": timedelta(seconds=remote.timeout),
               "timeout": timedelta(seconds=remote.request_deadline), **kwargs.pop("client_options", {})}  # fmt: skip
-    retry = {"max_retries": remote.retries, "retry_timeout": timedelta(seconds=remote.request_deadline),
-             "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=5), "base": 2}}  # fmt: skip
+    # zarrx retries (and sees every 503 SlowDown, which shrinks the host's window): obstore does not
+    retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=remote.request_deadline)}
     parts = urlsplit(url)
     try:
         if scheme in ("http", "https"):
@@ -150,7 +150,7 @@ def obstore_from_url(url: str, storage_options: Mapping[str, Any] | None = None,
     except Exception as error:  # noqa: BLE001 (obstore's configuration errors, credentials removed)
         secrets = secret_values(options)
         raise StoreError(redact(f"cannot open {url!r} with obstore: {type(error).__name__}: {error}", secrets)) from None
-    return ObstoreStore(made, read_only=read_only, options=remote, retries_configured=True)
+    return ObstoreStore(made, read_only=read_only, options=remote)
 
 
 def _bucket_and_prefix(scheme: str, parts: Any, kwargs: dict[str, Any]) -> tuple[str, str]:
