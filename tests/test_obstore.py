@@ -31,6 +31,7 @@ from zarrx.storage import (
 
 from tests.http_server import FailFirst, serve_plain, serve_silent
 from tests.s3_server import serve_s3
+from tests.test_storage import StoreSuite
 
 CREDENTIALS = {"key": "k", "secret": "s"}
 
@@ -214,6 +215,38 @@ def test_s3_slowdown_is_retried_by_zarrx_and_shrinks_the_endpoints_window(s3):
 
 async def _limiter_of(store):
     return store.transfers.limiter("c/0")
+
+
+# -- the store conformance suite ---------------------------------------------------------------------
+class TestObstoreMemoryStore(StoreSuite):
+    pickle_shares_data = False
+
+    @pytest.fixture
+    def location(self):
+        return MemoryStore()
+
+    def open_store(self, location, read_only=False):
+        return ObstoreStore(location, read_only=read_only)
+
+    # obstore's MemoryStore cannot be pickled: the store says so, naming what to use instead
+    def test_pickle_round_trip(self, hierarchy):
+        with pytest.raises(StoreError, match="MemoryStore lives in the one that made it"):
+            pickle.dumps(hierarchy)
+
+    def test_pickle_keeps_read_only(self, location, hierarchy):
+        with pytest.raises(StoreError, match="MemoryStore lives in the one that made it"):
+            pickle.dumps(self.open_store(location, read_only=True))
+
+
+class TestObstoreS3Store(StoreSuite):
+    @pytest.fixture
+    def location(self, s3):
+        self.server = s3
+        return f"s3://obs/suite-{time.monotonic_ns()}"
+
+    def open_store(self, location, read_only=False):
+        options = {"endpoint_url": self.server.url, **CREDENTIALS, "zarrx_backend": "obstore"}
+        return make_store(location, mode="r" if read_only else "a", storage_options=options)
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -184,7 +184,9 @@ class ObstoreReader:
             name, text = type(error).__name__, str(error).lower()
             if options is None or isinstance(error, (BodyTooLarge, TimeoutError, ConnectionError)):
                 raise
-            if name == "NotSupportedError":  # a server without ranges: the whole value, cut here
+            # a server without ranges, or one answering a range of an empty value with all of it
+            # (S3): the whole value, cut here
+            if name == "NotSupportedError" or "non-partial response" in text:
                 return await self._send(lambda: fetch(None), attempt)
             if any(sign in text for sign in RANGE_PAST_END):  # a range from past the end: nothing
                 return b""
