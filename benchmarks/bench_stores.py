@@ -79,7 +79,7 @@ def worker(way: str, kind: str, url: str, endpoint: str) -> dict[str, Any]:
     import s3fs  # noqa: F401
     import zarr
 
-    import zarrx
+    import zarrx  # noqa: F401
     from zarrx import open_array as zarrx_open_array  # zarrx imports its API on first use: before the clock
 
     options = {"endpoint_url": endpoint, **S3_CREDENTIALS} if kind == "s3" else {}
@@ -93,7 +93,6 @@ def worker(way: str, kind: str, url: str, endpoint: str) -> dict[str, Any]:
             zarr.storage.ObjectStore(obstore_store(kind, url, endpoint), read_only=True), path="chunks.zarr", mode="r"),
         "zarr-python fsspec": lambda: zarr.open_array(f"{base}/chunks.zarr", mode="r", storage_options=options or None),
     }  # fmt: skip
-    _ = zarrx
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         started = time.perf_counter()

@@ -161,8 +161,10 @@ class ObstoreStore(Store):
         if self.process_local:
             return ("obstore", id(self._store))
         config = getattr(self._store, "config", None)
-        return ("obstore", self._kind, store_host(self._store), repr(self._store),
-                tuple(sorted((str(k), str(v)) for k, v in (config or {}).items() if "secret" not in str(k))))  # fmt: skip
+        # the configuration without credentials: stores reading the same data with other keys are equal
+        settings = tuple(sorted((str(k), str(v)) for k, v in (config or {}).items()
+                                if not any(word in str(k) for word in ("secret", "token", "key", "sas"))))  # fmt: skip
+        return ("obstore", self._kind, store_host(self._store), repr(self._store), settings)
 
     # -- requests ------------------------------------------------------------------
     @property

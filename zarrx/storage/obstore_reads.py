@@ -30,7 +30,7 @@ _STATUS = re.compile(r"status code: (\d{3})")
 #: obstore stores of object store services, whose listen backlogs do not drop connection attempts
 OBJECT_STORE_SERVICES = frozenset({"S3Store", "GCSStore", "AzureStore"})
 #: signs of a range starting past the end of the value (S3's 416, object_store's own check)
-RANGE_PAST_END = ("416", "starttoolarge", "range not satisfiable")
+RANGE_PAST_END = ("status code: 416", "starttoolarge", "range not satisfiable")
 
 
 def store_host(store: Any) -> str:
@@ -182,7 +182,8 @@ class ObstoreReader:
             return await self._send(lambda: fetch(options), attempt)
         except Exception as error:
             name, text = type(error).__name__, str(error).lower()
-            if options is None or isinstance(error, (BodyTooLarge, TimeoutError, ConnectionError)):
+            settled = (BodyTooLarge, TimeoutError, ConnectionError, ServerAnswer, StoreError)
+            if options is None or isinstance(error, settled):
                 raise
             # a server without ranges, or one answering a range of an empty value with all of it
             # (S3): the whole value, cut here
