@@ -28,6 +28,7 @@ from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, UsageErro
 from zarrx.storage import (
     FsspecStore, ObstoreStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest, make_store,
 )  # fmt: skip
+from zarrx.storage.obstore_urls import choose_backend
 
 from tests.http_server import FailFirst, serve_plain, serve_silent
 from tests.s3_server import serve_s3
@@ -189,6 +190,19 @@ def test_the_backend_is_chosen_by_option_and_fsspec_options_keep_working(s3, mon
         make_store("memory://x", storage_options={"zarrx_backend": "obstore"})
     with pytest.raises(UsageError, match="zarrx_backend.*'rust'"):
         make_store("s3://obs/x.zarr", storage_options={"zarrx_backend": "rust"})
+    # by default, obstore only where the options or the environment say what only fsspec's library
+    # finds out itself (a bucket's region, ~/.aws profiles, gcsfs's anonymous fallback)
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(variable, raising=False)
+    assert isinstance(make_store("s3://obs/x.zarr", storage_options=options), ObstoreStore)
+    assert isinstance(make_store("s3://public/x.zarr", storage_options={"anon": True}), FsspecStore)  # region unknown
+    assert isinstance(make_store("s3://public/x.zarr", storage_options={"anon": True, "region_name": "us-west-2"}), ObstoreStore)
+    monkeypatch.setenv("AWS_PROFILE", "work")  # a ~/.aws profile: botocore's
+    assert isinstance(make_store("s3://public/x.zarr", storage_options={"anon": True, "region_name": "us-west-2"}), FsspecStore)
+    monkeypatch.delenv("AWS_PROFILE")
+    assert isinstance(make_store("gs://public/x.zarr", storage_options={"token": "anon"}), ObstoreStore)
+    assert choose_backend("gs://public/x.zarr", None)[0] == "fsspec"  # (gcsfs is not installed here)
+    assert choose_backend("https://example.org/x.zarr", None)[0] == "fsspec"  # web servers: fsspec by default
     monkeypatch.setenv("ZARRX_BACKEND", "obstore")
     assert isinstance(make_store("s3://obs/x.zarr", storage_options=options), ObstoreStore)
     assert isinstance(make_store("s3://obs/x.zarr", storage_options={**options, "zarrx_backend": "fsspec"}), FsspecStore)

@@ -13,8 +13,11 @@ through either library; the storage option ``zarrx_backend`` (or the environment
                        takes it
 ``"auto"`` (default)   the scheme's default of :data:`DEFAULT_BACKENDS` -- chosen by the
                        measurements of ``benchmarks/bench_stores.py`` (``docs/stack.md``) --
-                       falling back to fsspec when obstore is not installed or an option is
-                       one obstore cannot honour, so fsspec's options keep working unchanged
+                       falling back to fsspec when obstore is not installed, an option is
+                       one obstore cannot honour, or the options and the environment leave
+                       out what only fsspec's library finds by itself (:func:`_told_enough`:
+                       an S3 bucket's region, ``~/.aws`` profiles, gcsfs's anonymous
+                       fallback), so what works with fsspec keeps working unchanged
 =====================  ===================================================================
 
 Other URLs (``memory://``, chained ``simplecache::s3://``, ``reference://``, ...) are fsspec's.
@@ -95,12 +98,35 @@ def choose_backend(url: str, storage_options: Mapping[str, Any] | None) -> tuple
         if DEFAULT_BACKENDS.get(scheme) != "obstore" or not _obstore_installed():
             return "fsspec", options
         try:
-            _translate(scheme, split_storage_options(options)[1])
+            kwargs = _translate(scheme, split_storage_options(options)[1])
         except _Unsupported:
             return "fsspec", options  # fsspec honours every fsspec option: it reads this one
+        if not _told_enough(scheme, kwargs):
+            return "fsspec", options
     elif not _obstore_installed():
         raise UsageError(f"{source} is 'obstore', but obstore is not installed (pip install 'zarrx[obstore]')")
     return "obstore", options
+
+
+def _told_enough(scheme: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the options or the environment say what obstore cannot find out itself but fsspec's
+    library can: on S3 the bucket's region (or an endpoint) and the credentials or ``anon``
+    (botocore also reads ``~/.aws`` profiles and asks S3 where a bucket is); on GCS the
+    credentials or ``anon`` (gcsfs falls back to anonymous access); on Azure the account and
+    its credentials or ``anon``. Web servers need nothing."""
+    environ = os.environ
+    if scheme in AZURE_SCHEMES:
+        return bool(kwargs.get("account_name") and (kwargs.get("skip_signature") or kwargs.get("account_key")
+                                                    or kwargs.get("sas_key") or kwargs.get("client_secret")))  # fmt: skip
+    if scheme in ("gs", "gcs"):
+        return bool(kwargs.get("skip_signature") or kwargs.get("service_account_key") or kwargs.get("service_account_path")
+                    or environ.get("GOOGLE_APPLICATION_CREDENTIALS") or environ.get("GOOGLE_SERVICE_ACCOUNT"))  # fmt: skip
+    if scheme not in ("s3", "s3a"):
+        return True
+    where = kwargs.get("endpoint") or kwargs.get("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    who = (kwargs.get("skip_signature") or kwargs.get("access_key_id") or environ.get("AWS_ACCESS_KEY_ID")
+           or environ.get("AWS_WEB_IDENTITY_TOKEN_FILE") or environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"))  # fmt: skip
+    return bool(where and who and not environ.get("AWS_PROFILE"))
 
 
 def _obstore_installed() -> bool:
