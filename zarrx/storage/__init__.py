@@ -21,13 +21,13 @@ chained ``simplecache::s3://``)                        (``https://`` through obs
                                                        ``zarrx_backend="obstore"``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
-an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
-``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
-                                                       ``zarrx_*`` ones)
 a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore` over it, paced,
 (``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
                                                        the ``zarrx_*`` ones)
+an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
+``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
+                                                       ``zarrx_*`` ones)
 =====================================================  =========================================
 
 :class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
@@ -62,9 +62,9 @@ from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
-from zarrx.storage.prefetch import PrefetchStore
 from zarrx.storage.obstore import ObstoreStore, is_obstore_store
 from zarrx.storage.obstore_urls import choose_backend, obstore_from_url
+from zarrx.storage.prefetch import PrefetchStore
 from zarrx.storage.remote import split_storage_options
 from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
 from zarrx.storage.store import (
@@ -88,10 +88,10 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "FsspecStore",
+    "ObstoreStore",
     "MetricsStore",
     "PrefetchStore",
     "ZarrPythonStore",
-    "ObstoreStore",
     "make_store",
     "check_mode",
     "MODES",
