@@ -221,12 +221,14 @@ def test_s3_many_chunk_read_and_write_are_one_concurrent_batch(s3, s3_url):
         s3.delay = 0.0
 
 
-def test_s3_concurrency_cap_is_configurable(s3, s3_url):
-    options = s3_options(s3, zarrx_max_concurrency=4)
+@pytest.mark.parametrize("backend", ["fsspec", "obstore"])
+def test_s3_concurrency_cap_is_configurable(s3, s3_url, backend):
+    options = s3_options(s3, zarrx_max_concurrency=4, zarrx_backend=backend)
     array = zarrx.create_array(s3_url, shape=(32,), chunks=(1,), dtype="u1", storage_options=options)
     array[:] = 1
-    assert array.store.max_concurrency == 4
-    assert array.store.fs.config_kwargs["max_pool_connections"] == 4
+    assert array.store.options.max_concurrency == 4
+    if backend == "fsspec":
+        assert array.store.fs.config_kwargs["max_pool_connections"] == 4
     s3.delay = DELAY
     try:
         s3.reset()
@@ -237,7 +239,8 @@ def test_s3_concurrency_cap_is_configurable(s3, s3_url):
 
 
 def test_s3_retry_and_timeout_configuration(s3):
-    options = s3_options(s3, zarrx_retries=7, zarrx_timeout=12, zarrx_connect_timeout=4)
+    # s3fs's configuration (obstore's: tests/test_obstore.py)
+    options = s3_options(s3, zarrx_retries=7, zarrx_timeout=12, zarrx_connect_timeout=4, zarrx_backend="fsspec")
     store = make_store(f"s3://{BUCKET}/x", storage_options=options)
     config = store.fs.config_kwargs
     assert config["retries"] == {"mode": "standard", "total_max_attempts": 8}
@@ -245,7 +248,7 @@ def test_s3_retry_and_timeout_configuration(s3):
     assert store.fs.max_concurrency == 1
     # what the user sets wins
     mine = {"retries": {"mode": "adaptive", "max_attempts": 2}, "max_pool_connections": 5}
-    store = make_store(f"s3://{BUCKET}/y", storage_options=s3_options(s3, config_kwargs=mine))
+    store = make_store(f"s3://{BUCKET}/y", storage_options=s3_options(s3, config_kwargs=mine))  # fsspec: obstore has no config_kwargs
     assert store.fs.config_kwargs["retries"] == mine["retries"] and store.fs.config_kwargs["max_pool_connections"] == 5
 
 

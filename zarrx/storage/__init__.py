@@ -10,8 +10,15 @@ a :class:`Store`                                       itself, unchanged
 ``None``                                               a new :class:`MemoryStore`
 a ``dict`` (e.g. ``{}``)                               a :class:`MemoryStore` keeping its values in it
 a ``pathlib.Path``, a path string, ``file://`` URL     a :class:`LocalStore` (root made absolute)
-any other fsspec URL (``s3://``, ``memory://``,        :meth:`FsspecStore.from_url`, with ``storage_options``
-``https://``, chained ``simplecache::s3://``)
+``s3://``, ``gs://``, ``az://`` (``abfs://``) URL      an :class:`ObstoreStore` (obstore), fsspec's
+                                                       ``storage_options`` translated; a
+                                                       :class:`FsspecStore` with options obstore
+                                                       cannot honour, without obstore installed, or
+                                                       with ``zarrx_backend="fsspec"``
+                                                       (:mod:`zarrx.storage.obstore_urls`)
+any other fsspec URL (``memory://``, ``https://``,     :meth:`FsspecStore.from_url`, with ``storage_options``
+chained ``simplecache::s3://``)                        (``https://`` through obstore with
+                                                       ``zarrx_backend="obstore"``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
                                                        (a :class:`LocalStore` for a local one)
 ``reference://`` (kerchunk: ``storage_options`` with   a :class:`ReferenceStore` (read-only), also of
@@ -20,6 +27,9 @@ a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore
 (``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
                                                        the ``zarrx_*`` ones)
+an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
+``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
+                                                       ``zarrx_*`` ones)
 =====================================================  =========================================
 
 :class:`MetricsStore` and :class:`PrefetchStore` wrap any store (:class:`WrapperStore` forwards
@@ -54,6 +64,8 @@ from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.memory import MemoryStore
 from zarrx.storage.metrics import MetricsStore
+from zarrx.storage.obstore import ObstoreStore, is_obstore_store
+from zarrx.storage.obstore_urls import choose_backend, obstore_from_url
 from zarrx.storage.prefetch import PrefetchStore
 from zarrx.storage.references import ReferenceStore, is_reference_file_system
 from zarrx.storage.remote import split_storage_options
@@ -79,6 +91,7 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "FsspecStore",
+    "ObstoreStore",
     "MetricsStore",
     "PrefetchStore",
     "ZarrPythonStore",
@@ -117,14 +130,15 @@ def make_store(
     Parameters
     ----------
     store_like
-        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap`` or a zarr-python store.
+        A Store, None, a dict, a path, a URL, an ``fsspec.FSMap``, a zarr-python store or an obstore store.
     mode
         ``"r"`` for a read-only store; ``"r+"``, ``"a"``, ``"w"``, ``"w-"`` for a writable
         one. A Store passed in is returned unchanged, whatever the mode.
     storage_options
-        fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``; for a
-        local folder only ``follow_external_links``; for a zarr-python store only zarrx's own
-        (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
+        fsspec options (credentials, ``anon=True``, ...), for a URL other than ``file://``
+        (``zarrx_backend``: ``"obstore"``, ``"fsspec"`` or ``"auto"``, the library reading it);
+        for a local folder only ``follow_external_links``; for a zarr-python or obstore store
+        only zarrx's own (``zarrx_request_deadline``, ...: :mod:`zarrx.storage.remote`).
     follow_external_links
         For a local folder: let reads follow symbolic links that leave it (writes and deletions
         never do). Default False (the storage option of the same name, when given).
@@ -156,6 +170,9 @@ def make_store(
     if url_scheme and url_scheme[1].lower() == "reference":  # kerchunk references
         return ReferenceStore.from_url(store_like, storage_options=storage_options)
     if url_scheme or isinstance(store_like, str) and "::" in store_like:  # "::" chains file systems
+        backend, storage_options = choose_backend(store_like, storage_options)  # fsspec or obstore
+        if backend == "obstore":
+            return obstore_from_url(store_like, storage_options, read_only=read_only)
         return FsspecStore.from_url(store_like, storage_options=storage_options, read_only=read_only)
     if isinstance(store_like, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(store_like))
@@ -172,13 +189,18 @@ def make_store(
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)
+    if is_obstore_store(store_like):
+        remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
+        _refuse_options(rest, store_like)
+        return ObstoreStore(store_like, read_only=read_only, options=remote)
     if is_zarr_python_store(store_like):
         remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
         _refuse_options(rest, store_like)
         return ZarrPythonStore(store_like, read_only=read_only, options=remote)
     kind = type(store_like)
     raise StoreTypeError(
-        f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}"
+        f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}; "
+        "or an obstore store (obstore.store.S3Store, HTTPStore, LocalStore, ...)"
     )
 
 
