@@ -9,10 +9,11 @@ step is encoded and written as a whole (:func:`zarrx.io.write.write_from`: whole
 never read back; a shard's inner chunks are encoded on the thread pool and the shard is
 written once).
 
-Reading and writing overlap: a reader thread reads the next steps while the caller encodes and
-writes the current one, through a queue of :data:`QUEUE_STEPS` steps. So a copy holds at most
-the step being read, the steps queued and the step being written -- a few objects, never the
-array. Inside a dask task given one thread (:func:`zarrx.concurrency.task_threads`) the steps
+Reading and writing overlap: a reader thread reads the next step while the caller encodes and
+writes the current one, at most :data:`QUEUE_STEPS` ahead. So a copy holds at most the step
+being written and the one read ahead (and the written step's encoded objects) -- a few
+objects, never the array. A zarrx source is read by the executor into the buffers of steps
+already written, so a long copy touches no fresh memory per step. Inside a dask task given one thread (:func:`zarrx.concurrency.task_threads`) the steps
 run one after the other on that thread.
 
 ``dst[...] = src[...]`` stays what Python makes it: ``src[...]`` is read whole into memory
@@ -24,6 +25,7 @@ stay written (as after any failed write).
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from typing import Any, Iterator
@@ -32,7 +34,7 @@ import numpy as np
 
 from zarrx.concurrency import call_threads
 from zarrx.errors import SelectionError
-from zarrx.io.execute import as_array_of
+from zarrx.io.execute import as_array_of, read_into
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, object_steps
 from zarrx.io.selection import BasicIndexer
@@ -102,12 +104,43 @@ def _steps(handle: ArrayHandle, region: tuple[slice, ...]) -> Iterator[tuple[sli
     return object_steps(handle, region, _objects_per_step(handle))
 
 
-def _read(source: Any, box: tuple[slice, ...], origin: tuple[int, ...], handle: ArrayHandle) -> np.ndarray:
-    """The source's part for the destination ``box`` (source coordinates start at ``origin``)."""
-    part = tuple(slice(b.start - o, b.stop - o) for b, o in zip(box, origin))
-    value = source[part] if part else source[()]
-    # np.asarray reads (computes) a lazy part: a dask array's graph runs for this part only
-    return as_array_of(value, handle.dtype, tuple(b.stop - b.start for b in box))
+class _Reader:
+    """Reads the source's part of each step. A zarrx source is read by the executor into
+    buffers the writer gives back (:meth:`give_back`): no fresh memory per step."""
+
+    def __init__(self, source: Any, origin: tuple[int, ...], handle: ArrayHandle) -> None:
+        self.source, self.origin, self.handle = source, origin, handle
+        source_handle = getattr(source, "handle", None)
+        self.direct = source_handle if isinstance(source_handle, ArrayHandle) and source_handle.dtype == handle.dtype else None
+        self.free: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, box: tuple[slice, ...]) -> np.ndarray:
+        """The source's part for the destination ``box`` (source coordinates start at ``origin``)."""
+        part = tuple(slice(b.start - o, b.stop - o) for b, o in zip(box, self.origin))
+        shape = tuple(b.stop - b.start for b in box)
+        if self.direct is None:
+            value = self.source[part] if part else self.source[()]
+            # np.asarray reads (computes) a lazy part: a dask array's graph runs for this part only
+            return as_array_of(value, self.handle.dtype, shape)
+        out = self._buffer(shape)
+        return read_into(self.direct, BasicIndexer(part or Ellipsis, self.direct.shape, self.direct.io_chunk_shape), out)
+
+    def _buffer(self, shape: tuple[int, ...]) -> np.ndarray:
+        nbytes = math.prod(shape) * self.handle.dtype.itemsize
+        with self.lock:
+            fitting = next((position for position, buffer in enumerate(self.free) if buffer.nbytes >= nbytes), None)
+            flat = self.free.pop(fitting) if fitting is not None else np.empty(nbytes, dtype=np.uint8)
+        return flat[:nbytes].view(self.handle.dtype).reshape(shape)
+
+    def give_back(self, block: np.ndarray) -> None:
+        """``block`` is written: its buffer may take the next step's values."""
+        if self.direct is not None and block.base is not None:
+            base = block
+            while base.base is not None and isinstance(base.base, np.ndarray):
+                base = base.base
+            with self.lock:
+                self.free.append(base)
 
 
 def _write(handle: ArrayHandle, box: tuple[slice, ...], block: np.ndarray) -> None:
@@ -130,40 +163,42 @@ def copy_into(handle: ArrayHandle, source: Any, region: tuple[slice, ...]) -> No
     shape = tuple(part.stop - part.start for part in region)
     if tuple(source.shape) != shape:
         raise SelectionError(f"cannot assign a value of shape {tuple(source.shape)} to a selection of shape {shape}")
-    origin = tuple(part.start for part in region)
+    read = _Reader(source, tuple(part.start for part in region), handle)
     steps = _steps(handle, region)
     if call_threads() < 2:  # one thread: read, then write, one step at a time
         for box in steps:
-            _write(handle, box, _read(source, box, origin, handle))
+            block = read(box)
+            _write(handle, box, block)
+            read.give_back(block)
         return
-    _pipelined(handle, source, steps, origin)
+    _pipelined(handle, read, steps)
 
 
 _DONE = object()
 
 
-def _pipelined(handle: ArrayHandle, source: Any, steps: Iterator[tuple[slice, ...]], origin: tuple[int, ...]) -> None:
-    """Steps read by a reader thread, :data:`QUEUE_STEPS` ahead, and written by the caller."""
-    ready: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_STEPS)
+def _pipelined(handle: ArrayHandle, read: _Reader, steps: Iterator[tuple[slice, ...]]) -> None:
+    """Steps read by a reader thread, at most :data:`QUEUE_STEPS` ahead of the one the caller
+    writes: the reader takes a slot before it reads a step, the writer frees it once written."""
+    ready: queue.Queue[Any] = queue.Queue()
+    slots = threading.Semaphore(QUEUE_STEPS + 1)
     stop = threading.Event()
 
-    def offer(item: Any) -> bool:
+    def take_slot() -> bool:
         while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
+            if slots.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def read_ahead() -> None:
         try:
             for box in steps:
-                if stop.is_set() or not offer((box, _read(source, box, origin, handle))):
+                if not take_slot():
                     return
-            offer(_DONE)
+                ready.put((box, read(box)))
+            ready.put(_DONE)
         except BaseException as error:  # noqa: BLE001 -- handed to the writer, which raises it
-            offer(error)
+            ready.put(error)
 
     reader = threading.Thread(target=read_ahead, name="zarrx-copy-reader", daemon=True)
     reader.start()
@@ -177,7 +212,9 @@ def _pipelined(handle: ArrayHandle, source: Any, steps: Iterator[tuple[slice, ..
             box, block = item
             del item
             _write(handle, box, block)
+            read.give_back(block)
             del block
+            slots.release()
     finally:
         stop.set()
         reader.join()

@@ -217,8 +217,7 @@ class Array(Node[ArrayMetadataLike]):
         >>> src = zarrx.create_array({}, shape=(4, 4), chunks=(2, 2), dtype="u1", fill_value=0)
         >>> src[1:3, 1:3] = 5
         >>> dst = zarrx.create_array({}, shape=(4, 4), chunks=(4, 1), dtype="u1", fill_value=0)
-        >>> dst[...] = src
-        >>> dst[:, 1]
+        >>> dst[...] = src; dst[:, 1]
         array([0, 5, 5, 0], dtype=uint8)
         """
         if is_lazy_array(value) and is_basic(selection):
