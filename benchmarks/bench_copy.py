@@ -8,7 +8,8 @@ machine:
 
 Each case copies the array into a new array of the same layout, with every form below, **each
 measurement in a process of its own** (``--repeats`` processes per form, interleaved; the table
-gives the median time and the median peak RSS above the worker's RSS just before the copy,
+gives the median time, CPU time (user + system: less affected by a busy machine) and the median
+peak RSS above the worker's RSS just before the copy,
 its *baseline*: imports done, arrays opened):
 
 * ``zarrx dst[...] = src[...]``: the form users write (reads the source whole, then writes);
@@ -237,13 +238,15 @@ def worker(job: dict[str, Any]) -> None:
     copy = prepare(job["form"], source, target, job["threads"])
     dropped = drop_cache(source) if job["cold"] else None
     baseline = rss_mark()
-    start = time.perf_counter()
+    cpu, start = os.times(), time.perf_counter()
     copy()
     elapsed = time.perf_counter() - start
+    cpu_end = os.times()
     peak = rss_peak()
     if job["check"]:
         check(source, target)
-    print(json.dumps({"time": elapsed, "peak": peak - baseline, "baseline": baseline, "dropped": dropped}))
+    cpu_time = (cpu_end.user - cpu.user) + (cpu_end.system - cpu.system)
+    print(json.dumps({"time": elapsed, "cpu": cpu_time, "peak": peak - baseline, "baseline": baseline, "dropped": dropped}))
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any] | str:
@@ -295,8 +298,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     lines = [f"copy of a {'x'.join(map(str, shape))} uint16 array, {args.threads} threads, "
              f"{'cold' if args.cold else 'warm'} cache, median of {repeats} processes", "",
-             "| case | form | time (s) | peak RSS above baseline (MB) | baseline RSS (MB) | bound (MB) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+             "| case | form | time (s) | CPU time (s) | peak RSS above baseline (MB) | baseline RSS (MB) | bound (MB) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     try:
         for case in args.cases.split(","):
             source = root / f"{case}-{'smoke' if args.smoke else 'full'}.zarr"
@@ -315,12 +318,13 @@ def main() -> None:
             for form in forms:
                 runs = [r for r in results[form] if isinstance(r, dict)]
                 if not runs:
-                    lines.append(f"| {case} | {form} | {results[form][0]} | | | |")
+                    lines.append(f"| {case} | {form} | {results[form][0]} | | | | |")
                     continue
                 time_s = statistics.median(r["time"] for r in runs)
+                cpu_s = statistics.median(r["cpu"] for r in runs)
                 peak = statistics.median(r["peak"] for r in runs) / 1e6
                 baseline = statistics.median(r["baseline"] for r in runs) / 1e6
-                lines.append(f"| {case} | {form} | {time_s:.2f} | {peak:.0f} | {baseline:.0f} | "
+                lines.append(f"| {case} | {form} | {time_s:.2f} | {cpu_s:.2f} | {peak:.0f} | {baseline:.0f} | "
                              f"{bound / 1e6:.0f} |")  # fmt: skip
                 print(lines[-1], flush=True)
             failures = [r for form in forms for r in results[form] if isinstance(r, str) and r.startswith("failed")]

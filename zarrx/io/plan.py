@@ -291,7 +291,8 @@ def inner_reads(plan: ObjectPlan, index: ShardIndex) -> tuple[list[RangeRead], l
 def object_steps(handle: ArrayHandle, region: tuple[slice, ...], max_objects: int) -> Iterator[tuple[slice, ...]]:
     """Boxes covering ``region`` (slices of step 1, one per axis), in C order, each made of whole
     stored objects (chunks, or shards) cut at the region's edges, at most ``max_objects`` of them:
-    objects are grouped along the last axis first, then along the ones before it.
+    objects are grouped along the first axis first, then along the next ones -- so each object's
+    part of a box is a contiguous piece of it (read into and encoded from without a copy).
 
     Two boxes never share a stored object, so each may be written on its own without reading
     another's objects.
@@ -301,7 +302,7 @@ def object_steps(handle: ArrayHandle, region: tuple[slice, ...], max_objects: in
     >>> import zarrx
     >>> array = zarrx.create_array({}, shape=(5, 10), chunks=(2, 4), dtype="u1")
     >>> [(box[0].start, box[0].stop, box[1].start, box[1].stop) for box in object_steps(array.handle, (slice(1, 5), slice(0, 10)), 2)]
-    [(1, 2, 0, 8), (1, 2, 8, 10), (2, 4, 0, 8), (2, 4, 8, 10), (4, 5, 0, 8), (4, 5, 8, 10)]
+    [(1, 4, 0, 4), (1, 4, 4, 8), (1, 4, 8, 10), (4, 5, 0, 4), (4, 5, 4, 8), (4, 5, 8, 10)]
     """
     per_axis = []
     for part, edges in zip(region, handle.metadata.chunk_grid.chunk_edges(handle.shape)):
@@ -314,7 +315,7 @@ def object_steps(handle: ArrayHandle, region: tuple[slice, ...], max_objects: in
         per_axis.append(cuts)
     left = max(1, max_objects)
     groups = [1] * len(per_axis)
-    for axis in reversed(range(len(per_axis))):  # the last axis first: boxes of contiguous rows
+    for axis in range(len(per_axis)):  # the first axis first: contiguous pieces of each object
         groups[axis] = max(1, min(len(per_axis[axis]), left))
         if groups[axis] < len(per_axis[axis]):
             break

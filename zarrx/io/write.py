@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
 from zarrx.concurrency import call_threads, map_runs, scratch_array
@@ -157,7 +158,19 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
                     lambda raw: pipeline.decode(raw, spec, key=plan.key), handle.fill_value, spec.dtype)  # fmt: skip
     if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
         return None
+    if chunk.flags.c_contiguous and chunk.dtype == spec.dtype and _stored_as_is(pipeline, spec):
+        # an uncompressed chunk in memory order: stored from its own bytes, not copied into new
+        # ones (stores copy what they keep; local files are written from it)
+        return memoryview(chunk.reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
+
+
+def _stored_as_is(pipeline: CodecPipeline, spec: ChunkSpec) -> bool:
+    """Whether a chunk of ``spec`` is stored as its bytes in memory: the ``bytes`` codec alone, in
+    native order (what :meth:`~zarrx.codecs.pipeline.CodecPipeline.encode` would copy out)."""
+    codec = pipeline.array_bytes
+    return (not pipeline.array_array and not pipeline.bytes_bytes and type(codec) is BytesCodec
+            and spec.nbytes is not None and not spec.dtype.hasobject and codec.stores_memory_layout(spec))  # fmt: skip
 
 
 def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any, inner_threads: bool = False) -> bytes | None:
