@@ -158,10 +158,11 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
                     lambda raw: pipeline.decode(raw, spec, key=plan.key), handle.fill_value, spec.dtype)  # fmt: skip
     if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
         return None
-    if chunk.flags.c_contiguous and chunk.dtype == spec.dtype and _stored_as_is(pipeline, spec):
-        # an uncompressed chunk in memory order: stored from its own bytes, not copied into new
-        # ones (stores copy what they keep; local files are written from it)
-        return memoryview(chunk.reshape(-1).view(np.uint8))
+    if chunk.dtype == spec.dtype and _stored_as_is(pipeline, spec):
+        # an uncompressed chunk in memory order: stored from its own bytes (gathered once when it
+        # is a strided piece), not copied into new bytes again (stores copy what they keep; local
+        # files are written from it)
+        return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
 
 
