@@ -34,7 +34,7 @@ Usage::
 
     python benchmarks/bench_copy.py                     # full size (~10 minutes on 2 cores)
     python benchmarks/bench_copy.py --cold --repeats 3 --markdown copy.md
-    python benchmarks/bench_copy.py --smoke             # tiny, one repeat: CI
+    python benchmarks/bench_copy.py --smoke             # tiny, one repeat, the sharded case: CI
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny arrays, one repeat")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where the source arrays are made (and kept); default a temporary folder")
-    parser.add_argument("--cases", default="uncompressed,sharded")
+    parser.add_argument("--cases", help="uncompressed,sharded (default; --smoke: sharded)")
     parser.add_argument("--forms", default=",".join(FORMS), help="comma-separated forms (see the module docstring)")
     parser.add_argument("--repeats", type=int, default=3, help="processes per form and case")
     parser.add_argument("--threads", type=int, default=2)
@@ -291,6 +291,7 @@ def main() -> None:
         worker(json.loads(args.worker))
         return
     repeats = 1 if args.smoke else args.repeats
+    cases = args.cases or ("sharded" if args.smoke else "uncompressed,sharded")
     shape = SMOKE_SHAPE if args.smoke else FULL_SHAPE
     forms = [form for form in args.forms.split(",") if form]
     keep = args.data_dir is not None
@@ -301,7 +302,7 @@ def main() -> None:
              "| case | form | time (s) | CPU time (s) | peak RSS above baseline (MB) | baseline RSS (MB) | bound (MB) |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     try:
-        for case in args.cases.split(","):
+        for case in cases.split(","):
             source = root / f"{case}-{'smoke' if args.smoke else 'full'}.zarr"
             make_source(source, case, shape, args.smoke)
             bound = 4 * object_bytes(case, args.smoke) * args.threads
