@@ -13,8 +13,8 @@ Reading and writing overlap: a reader thread reads the next step while the calle
 writes the current one, at most :data:`QUEUE_STEPS` ahead. So a copy holds at most the step
 being written and the one read ahead (and the written step's encoded objects) -- a few
 objects, never the array. A zarrx source is read by the executor into the buffers of steps
-already written, so a long copy touches no fresh memory per step. Inside a dask task given one thread (:func:`zarrx.concurrency.task_threads`) the steps
-run one after the other on that thread.
+already written, so a long copy touches no fresh memory per step. Inside a dask task given one
+thread (:func:`zarrx.concurrency.task_threads`) the steps run one after the other on that thread.
 
 ``dst[...] = src[...]`` stays what Python makes it: ``src[...]`` is read whole into memory
 before the assignment sees it; write ``dst[...] = src`` for the bounded form.

@@ -281,7 +281,7 @@ def _finish(store: Store, documents: dict[str, bytes]) -> None:
 # -- copying the chunks -----------------------------------------------------------------------
 
 
-def copy_step(source: Any, target: Any, box: tuple[slice, ...]) -> None:
+def _copy_step(source: Any, target: Any, box: tuple[slice, ...]) -> None:
     """A dask task of a convert: read ``box`` of the source array and write it to the target (two
     :class:`~zarrx.io.handle.ArrayHandle`), within :func:`~zarrx.concurrency.task_threads` -- one
     task holds one step's values, never more."""
@@ -308,7 +308,7 @@ def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ..
     per_step = max(1, MIN_STEP_BYTES // max(1, decoded_nbytes(handle.spec)))
     edges = [list(itertools.accumulate(axis_edges, initial=0)) for axis_edges in handle.metadata.chunk_grid.chunk_edges(handle.shape)]
     # the handles bound outside the arguments, which dask would walk through (dataclasses) per task
-    copy = dask.delayed(functools.partial(copy_step, source.handle, handle), pure=False)
+    copy = dask.delayed(functools.partial(_copy_step, source.handle, handle), pure=False)
 
     def missing(box: tuple[slice, ...]) -> list[bool]:
         """Per stored object of ``box``: whether it is still to be copied."""
