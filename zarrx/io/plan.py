@@ -17,6 +17,8 @@ render and run the same plans.
   the pieces that are **fill only** (empty inner chunks, which need no request).
 * :func:`batches` cuts a plan into store batches of bounded decoded size, so a large read holds
   the compressed bytes of a bounded part of it at a time.
+* :func:`object_steps` cuts a region into boxes of whole stored objects (cut at the region's
+  edges), the steps of a streaming copy (:mod:`zarrx.io.copy`) and of ``zarrx convert``'s tasks.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from zarrx.storage.store import RangeByteRequest
 
 __all__ = [
     "ObjectPlan", "RangeRead", "ChunkRow", "ShardRows", "plan_objects", "chunk_table", "shard_table", "table_rows", "inner_reads", "batches", "split_batches", "batch_limit",
-    "decoded_nbytes", "MIN_BATCH_BYTES",
+    "decoded_nbytes", "MIN_BATCH_BYTES", "object_steps",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -284,3 +286,42 @@ def inner_reads(plan: ObjectPlan, index: ShardIndex) -> tuple[list[RangeRead], l
         for merged in coalesce([(start, end) for start, end, _ in wanted])
     ]
     return reads, fills
+
+
+def object_steps(handle: ArrayHandle, region: tuple[slice, ...], max_objects: int) -> Iterator[tuple[slice, ...]]:
+    """Boxes covering ``region`` (slices of step 1, one per axis), in C order, each made of whole
+    stored objects (chunks, or shards) cut at the region's edges, at most ``max_objects`` of them:
+    objects are grouped along the first axis first, then along the next ones -- so each object's
+    part of a box is a contiguous piece of it (read into and encoded from without a copy).
+
+    Two boxes never share a stored object, so each may be written on its own without reading
+    another's objects.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> array = zarrx.create_array({}, shape=(5, 10), chunks=(2, 4), dtype="u1")
+    >>> [(box[0].start, box[0].stop, box[1].start, box[1].stop) for box in object_steps(array.handle, (slice(1, 5), slice(0, 10)), 2)]
+    [(1, 4, 0, 4), (1, 4, 4, 8), (1, 4, 8, 10), (4, 5, 0, 4), (4, 5, 4, 8), (4, 5, 8, 10)]
+    """
+    per_axis = []
+    for part, edges in zip(region, handle.metadata.chunk_grid.chunk_edges(handle.shape)):
+        cuts, position = [], 0
+        for edge in edges:  # the objects along this axis that the region touches, cut to it
+            start, stop = max(position, part.start), min(position + edge, part.stop)
+            if start < stop:
+                cuts.append((start, stop))
+            position += edge
+        per_axis.append(cuts)
+    left = max(1, max_objects)
+    groups = [1] * len(per_axis)
+    for axis in range(len(per_axis)):  # the first axis first: contiguous pieces of each object
+        groups[axis] = max(1, min(len(per_axis[axis]), left))
+        if groups[axis] < len(per_axis[axis]):
+            break
+        left //= max(1, len(per_axis[axis]))
+    merged = [
+        [slice(cuts[i][0], cuts[min(i + group, len(cuts)) - 1][1]) for i in range(0, len(cuts), group)]
+        for cuts, group in zip(per_axis, groups)
+    ]
+    return itertools.product(*merged)

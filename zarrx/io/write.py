@@ -18,21 +18,25 @@ that encoded it, so compression and file writes overlap and no more than one enc
 thread is held; small chunks of a store of local files go in a few runs, each encoded and written
 by one thread in one loop through the store's ``batch_writer`` (partial ones read through its
 ``batch_reader``). Otherwise objects go out in one batched ``set_many`` per batch of about
-:data:`~zarrx.io.plan.MIN_BATCH_BYTES` of input.
+:data:`~zarrx.io.plan.MIN_BATCH_BYTES` of input. A batch of fewer shards than threads (a
+streaming copy's step, :mod:`zarrx.io.copy`) has each shard's inner chunks encoded on the pool
+instead, and each shard stored in one write.
 :func:`trim_past_edge` is the read-modify-write of a shrinking ``resize``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Iterable
 
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.concurrency import map_runs, scratch_array
+from zarrx.concurrency import call_threads, map_runs, scratch_array
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
@@ -95,8 +99,13 @@ def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
             return plan.key, b""
         return plan.key, encoded
 
-    threaded = worth_threads(handle.spec)
-    results = run_maybe_threaded(encode_one, batch, threaded, handle.pipeline)
+    if build is _build_shard and len(batch) < call_threads():
+        # fewer shards than threads (a streaming copy writes one at a time): the shards one after
+        # the other, each one's inner chunks encoded on the pool, and each shard written once
+        build = functools.partial(_build_shard, inner_threads=True)
+        results = [encode_one(plan) for plan in batch]
+    else:
+        results = run_maybe_threaded(encode_one, batch, worth_threads(handle.spec), handle.pipeline)
     if not direct:
         to_store = {key: data for key, data in results if data is not None}
         if to_store:
@@ -149,18 +158,34 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
                     lambda raw: pipeline.decode(raw, spec, key=plan.key), handle.fill_value, spec.dtype)  # fmt: skip
     if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
         return None
+    if chunk.dtype == spec.dtype and _stored_as_is(pipeline, spec):
+        # an uncompressed chunk in memory order: stored from its own bytes (gathered once when it
+        # is a strided piece), not copied into new bytes again (stores copy what they keep; local
+        # files are written from it)
+        return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
 
 
-def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
-    """The assembled shard: untouched inner chunks keep their stored bytes (None: nothing left)."""
+def _stored_as_is(pipeline: CodecPipeline, spec: ChunkSpec) -> bool:
+    """Whether a chunk of ``spec`` is stored as its bytes in memory: the ``bytes`` codec alone, in
+    native order (what :meth:`~zarrx.codecs.pipeline.CodecPipeline.encode` would copy out)."""
+    codec = pipeline.array_bytes
+    return (not pipeline.array_array and not pipeline.bytes_bytes and type(codec) is BytesCodec
+            and spec.nbytes is not None and not spec.dtype.hasobject and codec.stores_memory_layout(spec))  # fmt: skip
+
+
+def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any, inner_threads: bool = False) -> bytes | None:
+    """The assembled shard: untouched inner chunks keep their stored bytes (None: nothing left);
+    ``inner_threads``: its inner chunks encoded on the pool."""
     codec, spec, inner_spec = handle.sharding, handle.object_spec(plan.coords), handle.inner_spec
     encoded: dict[tuple[int, ...], Any] = {}
     if old is not None:
         index = codec.read_index(old, spec, plan.key, whole=True)
         view = memoryview(old)
         encoded = {inner: view[start:end] for inner, start, end in index.stored()}
-    for inner, projection in plan.pieces:
+
+    def encode_piece(piece: tuple[tuple[int, ...], ChunkProjection]) -> bytes | None:
+        inner, projection = piece
         name = f"{plan.key} inner chunk {projection.chunk_coords}"
         full_size = all(
             (index + 1) * size <= length
@@ -169,9 +194,15 @@ def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         chunk = _merged(codec.chunk_shape, full_size, projection, value[projection.out_selection], encoded.get(inner),
                         lambda raw: codec.codecs.decode(raw, inner_spec, key=name), handle.fill_value, spec.dtype)  # fmt: skip
         if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
+            return None
+        return codec.codecs.encode(chunk, inner_spec, key=plan.key)
+
+    threaded = inner_threads and worth_threads(inner_spec)
+    for (inner, _), data in zip(plan.pieces, run_maybe_threaded(encode_piece, plan.pieces, threaded, codec.codecs)):
+        if data is None:
             encoded.pop(inner, None)
         else:
-            encoded[inner] = codec.codecs.encode(chunk, inner_spec, key=plan.key)
+            encoded[inner] = data
     return codec.assemble(encoded, spec) if encoded else None
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.errors import MetadataError, SelectionError, ZarrxError
+from zarrx.io.copy import copy_into, copy_region, is_lazy_array
 from zarrx.io.execute import allocate_output, as_array_of, read_into
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.selection import BasicIndexer, OrthogonalIndexer, VectorizedIndexer, is_basic
@@ -204,6 +205,28 @@ class Array(Node[ArrayMetadataLike]):
         return out
 
     def __setitem__(self, selection: Any, value: Any) -> None:
+        """``arr[selection] = value``. A lazy ``value`` (a zarrx, zarr-python or dask array: see
+        :func:`zarrx.io.copy.is_lazy_array`) of the selection's shape, written into a box (slices
+        of step 1, ``...``), is copied a few stored objects at a time, never read whole
+        (:mod:`zarrx.io.copy`): ``dst[...] = src`` is a copy with bounded memory, where
+        ``dst[...] = src[...]`` reads all of ``src`` first. (A lazy view of the array itself,
+        such as ``arr[1:] = zarrx.from_zarr(arr.store)[:-1]``, would read parts already
+        overwritten: write ``.compute()`` of it.)
+
+        >>> import zarrx
+        >>> src = zarrx.create_array({}, shape=(4, 4), chunks=(2, 2), dtype="u1", fill_value=0)
+        >>> src[1:3, 1:3] = 5
+        >>> dst = zarrx.create_array({}, shape=(4, 4), chunks=(4, 1), dtype="u1", fill_value=0)
+        >>> dst[...] = src; dst[:, 1]
+        array([0, 5, 5, 0], dtype=uint8)
+        """
+        if is_lazy_array(value) and is_basic(selection):
+            region = copy_region(selection, self.shape)
+            if region is not None and tuple(value.shape) == tuple(r.stop - r.start for r in region):
+                self._check_writable()
+                copy_into(self._handle, value, region)
+                return
+            value = value[...]  # read whole (an array-like need not convert to NumPy itself)
         if is_basic(selection):
             self.set_basic_selection(selection, value)
         else:

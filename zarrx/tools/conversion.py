@@ -3,7 +3,9 @@
 Two ways:
 
 * :func:`convert` copies a hierarchy (or one array) into a new Zarr v3 store, in parallel
-  with dask (one task per new chunk or shard, or per few of them), with a progress bar.
+  with dask (one task per new shard, or per few new chunks: each task reads its part of the
+  source and writes it, so memory holds a few of them per worker, never an array), with a
+  progress bar.
   The chunks, shards, compressors and filters may be changed on the way, which also makes it
   the tool to re-chunk, shard or re-compress v3 data.
 * :func:`~zarrx.tools.migration.migrate_v2_to_v3` rewrites only the metadata of a v2
@@ -30,6 +32,7 @@ Both refuse data types that exist only in v2 (structured types with subarray fie
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import itertools
@@ -278,37 +281,51 @@ def _finish(store: Store, documents: dict[str, bytes]) -> None:
 # -- copying the chunks -----------------------------------------------------------------------
 
 
-def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ...]]) -> list[Any]:
-    """One dask task per block of the source aligned on the target's stored objects, but for the
-    blocks whose objects are all stored and verified already (``done``)."""
-    import dask
-    from zarrx.dask.alignment import align_blocks
-    from zarrx.dask.read import BlockSelections, read_block
-    from zarrx.dask.write import to_zarr, write_block
+def _copy_step(source: Any, target: Any, box: tuple[slice, ...]) -> None:
+    """A dask task of a convert: read ``box`` of the source array and write it to the target (two
+    :class:`~zarrx.io.handle.ArrayHandle`), within :func:`~zarrx.concurrency.task_threads` -- one
+    task holds one step's values, never more."""
+    from zarrx.concurrency import task_threads
+    from zarrx.io.execute import read_selection
+    from zarrx.io.write import write_selection
 
-    if not done:  # a new copy: dask's blockwise write, the read and write of a block fused in one task
-        return [to_zarr(source.to_dask(), target, compute=False, align="rechunk")]
-    offsets = (0,) * source.ndim
-    blocks = align_blocks(source.to_dask(), target, offsets, "rechunk")
-    unit = target.shards or target.chunks
-    selections = BlockSelections(blocks.chunks)
+    with task_threads():
+        write_selection(target, box or Ellipsis, read_selection(source, box or Ellipsis))
+
+
+def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ...]]) -> list[Any]:
+    """One dask task per step of the target (:func:`zarrx.io.plan.object_steps`: whole stored
+    objects of the target, at least :data:`~zarrx.io.copy.MIN_STEP_BYTES` of them, one shard
+    when sharded), each reading its part of the source and writing it: no task holds more than
+    its step, so a copy's memory is a few steps per worker, never the array. Steps whose objects
+    are all stored and verified already (``done``) are left out."""
+    import dask
+
+    from zarrx.io.copy import MIN_STEP_BYTES
+    from zarrx.io.plan import decoded_nbytes, object_steps
+
     handle = target.handle.evolve(for_writing=True)
-    # each block read from the source by its own task (what the rechunked dask array would read),
-    # not taken from that array: dask's array expressions have neither to_delayed nor .blocks
-    read = dask.delayed(functools.partial(read_block, source.handle), pure=True)
-    # the handle bound outside the arguments, which dask would walk through (a dataclass) per task
-    write = dask.delayed(functools.partial(write_block, handle=handle, offset=offsets), pure=False)
-    tasks = []
-    for index in np.ndindex(*blocks.numblocks):
-        selection = selections[index]
-        if any(part.stop == part.start for part in selection):
+    per_step = max(1, MIN_STEP_BYTES // max(1, decoded_nbytes(handle.spec)))
+    edges = [list(itertools.accumulate(axis_edges, initial=0)) for axis_edges in handle.metadata.chunk_grid.chunk_edges(handle.shape)]
+    # the handles bound outside the arguments, which dask would walk through (dataclasses) per task
+    copy = dask.delayed(functools.partial(_copy_step, source.handle, handle), pure=False)
+
+    def missing(box: tuple[slice, ...]) -> list[bool]:
+        """Per stored object of ``box``: whether it is still to be copied."""
+        covered = [range(bisect.bisect_right(axis, part.start) - 1, bisect.bisect_left(axis, part.stop))
+                   for part, axis in zip(box, edges)]  # fmt: skip
+        return [coords not in done for coords in itertools.product(*covered)]
+
+    boxes = []
+    for box in object_steps(handle, tuple(slice(0, length, 1) for length in target.shape), per_step):
+        if any(part.stop == part.start for part in box):
             continue  # an empty array
-        covered = [range(part.start // step, (part.stop - 1) // step + 1) for part, step in zip(selection, unit)]
-        if all(coords in done for coords in itertools.product(*covered)):
-            continue
-        block = read(selection, dask_key_name=f"zarrx-convert-read-{name}-{index}")
-        tasks.append(write(block, selection=selection, dask_key_name=f"zarrx-convert-{name}-{index}"))
-    return tasks
+        todo = missing(box) if done else [True]
+        if all(todo):
+            boxes.append(box)
+        elif any(todo):  # a step partly copied already: its missing objects one by one
+            boxes += [one for one in object_steps(handle, box, 1) if all(missing(one))]
+    return [copy(box, dask_key_name=f"zarrx-convert-{name}-" + "-".join(str(part.start) for part in box)) for box in boxes]
 
 
 def _compute(tasks: list[Any], progress: bool) -> None:
