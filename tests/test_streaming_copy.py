@@ -278,3 +278,29 @@ def test_a_copy_holds_a_few_destination_shards_not_the_array(form, large_source,
         assert peak < 4 * block * 2, f"to_zarr: peak {peak / 2**20:.1f} MiB"
     else:
         assert peak < bound, f"{form}: peak {peak / 2**20:.1f} MiB over {bound / 2**20:.0f} MiB"
+
+
+# -- a source that reads the destination itself ---------------------------------------------------
+SHIFT_SOURCES = {
+    "zarrx dask": lambda url, store: zarrx.from_zarr(store),
+    "zarrx dask, inline_array=False": lambda url, store: zarrx.from_zarr(store, inline_array=False),
+    "xarray DataArray": lambda url, store: __import__("xarray").DataArray(zarrx.from_zarr(store)),
+    "zarr-python array via from_zarr": lambda url, store: zarrx.from_zarr(zarr.open_array(url, mode="r")),
+    "dask from_array of zarr-python": lambda url, store: da.from_array(zarr.open_array(url, mode="r"), chunks=65_536),
+}
+SHIFT_CASES = [(kind, "folder") for kind in SHIFT_SOURCES] + [
+    (kind, "memory") for kind in SHIFT_SOURCES if "zarr-python" not in kind  # zarr-python opens the folder
+]
+
+
+@pytest.mark.parametrize(("kind", "where"), SHIFT_CASES)
+def test_a_source_reading_the_destination_itself_is_read_before_it_is_overwritten(tmp_path, kind, where):
+    """``arr[1:] = <a lazy view of arr>[:-1]`` shifts by one: step by step it would read steps it
+    had already overwritten (ten steps of 64 Ki elements here), so such a source is read whole."""
+    url = str(tmp_path / "a.zarr")
+    n = 600_000
+    arr = zarrx.create_array(url if where == "folder" else MemoryStore(), shape=(n,), chunks=(65_536,), dtype="i4")
+    arr[...] = np.arange(n, dtype="i4")
+    source = SHIFT_SOURCES[kind](url, url if where == "folder" else arr.store)
+    arr[1:] = source[:-1]
+    np.testing.assert_array_equal(arr[...], np.concatenate([[0], np.arange(n - 1)]))

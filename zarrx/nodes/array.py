@@ -19,6 +19,8 @@ from zarrx.codecs.sharding import ShardingCodec
 from zarrx.codecs.transpose import TransposeCodec
 from zarrx.errors import MetadataError, SelectionError, ZarrxError
 from zarrx.io.copy import copy_into, copy_region, is_lazy_array
+from zarrx.io.sources import reads_array
+from zarrx.nodes.indexing import OIndex, VIndex
 from zarrx.io.execute import allocate_output, as_array_of, read_into
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.selection import BasicIndexer, OrthogonalIndexer, VectorizedIndexer, is_basic
@@ -209,9 +211,10 @@ class Array(Node[ArrayMetadataLike]):
         :func:`zarrx.io.copy.is_lazy_array`) of the selection's shape, written into a box (slices
         of step 1, ``...``), is copied a few stored objects at a time, never read whole
         (:mod:`zarrx.io.copy`): ``dst[...] = src`` is a copy with bounded memory, where
-        ``dst[...] = src[...]`` reads all of ``src`` first. (A lazy view of the array itself,
-        such as ``arr[1:] = zarrx.from_zarr(arr.store)[:-1]``, would read parts already
-        overwritten: write ``.compute()`` of it.)
+        ``dst[...] = src[...]`` reads all of ``src`` first, and so does a ``src`` that reads this
+        array itself (``arr[1:] = zarrx.from_zarr(arr.store)[:-1]``:
+        :func:`zarrx.io.sources.reads_array`), which a step by step copy would overwrite
+        before reading it.
 
         >>> import zarrx
         >>> src = zarrx.create_array({}, shape=(4, 4), chunks=(2, 2), dtype="u1", fill_value=0)
@@ -222,7 +225,8 @@ class Array(Node[ArrayMetadataLike]):
         """
         if is_lazy_array(value) and is_basic(selection):
             region = copy_region(selection, self.shape)
-            if region is not None and tuple(value.shape) == tuple(r.stop - r.start for r in region):
+            fits = region is not None and tuple(value.shape) == tuple(r.stop - r.start for r in region)
+            if fits and not reads_array(value, self._handle):
                 self._check_writable()
                 copy_into(self._handle, value, region)
                 return
@@ -260,12 +264,12 @@ class Array(Node[ArrayMetadataLike]):
         write_from(self._handle, indexer, value)
 
     @property
-    def oindex(self) -> "_OIndex":
-        return _OIndex(self)
+    def oindex(self) -> OIndex:
+        return OIndex(self)
 
     @property
-    def vindex(self) -> "_VIndex":
-        return _VIndex(self)
+    def vindex(self) -> VIndex:
+        return VIndex(self)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = self[...]
@@ -484,24 +488,3 @@ class Array(Node[ArrayMetadataLike]):
             staged.commit()  # past the stored shape are refused, so the shape goes first
         return staged, region
 
-
-class _OIndex:
-    def __init__(self, array: Array) -> None:
-        self._array = array
-
-    def __getitem__(self, selection: Any) -> Any:
-        return self._array.get_orthogonal_selection(selection)
-
-    def __setitem__(self, selection: Any, value: Any) -> None:
-        self._array.set_orthogonal_selection(selection, value)
-
-
-class _VIndex:
-    def __init__(self, array: Array) -> None:
-        self._array = array
-
-    def __getitem__(self, selection: Any) -> np.ndarray:
-        return self._array.get_coordinate_selection(selection)
-
-    def __setitem__(self, selection: Any, value: Any) -> None:
-        self._array.set_coordinate_selection(selection, value)
