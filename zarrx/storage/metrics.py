@@ -21,7 +21,9 @@ call was in flight. Calls made one after another are a round each; calls that ov
 listings sent from several threads at once, dask tasks writing side by side -- are one round
 together. On a store with latency ``L`` per request a piece of code waits about
 ``rounds * L``, whatever its ``calls`` (``summary().rounds``); ``summary().busy_seconds`` is the
-wall time with at least one call in flight (what the code waited for the store). The wrapper is thread-safe, so
+wall time with at least one call in flight (what the code waited for the store). A streamed
+batch (``iter_many``, whose values the caller uses as they arrive) is one ``get_many`` call, in
+flight from its first value asked for until its last is handed over. The wrapper is thread-safe, so
 dask's threads can share it; a pickled copy (a dask worker) starts from zero.
 """
 
@@ -218,6 +220,23 @@ class MetricsStore(WrapperStore):
         finally:
             found = [v for v in values.values() if v is not None]
             self._record("get_many", started, len(values) or len(keys), len(values) - len(found), sum(map(len, found)))
+
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        """The inner store's values as they arrive, counted as one ``get_many`` call, in flight
+        from the first value asked for until the last is handed over (or the caller stops)."""
+        keys = list(keys)
+        started = self._begin()
+        count = missing = nbytes = 0
+        try:
+            for key, value in self.inner.iter_many(keys, max_size=max_size):
+                count += 1
+                if value is None:
+                    missing += 1
+                else:
+                    nbytes += len(value)
+                yield key, value
+        finally:
+            self._record("get_many", started, count or len(set(keys)), missing, nbytes)
 
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
