@@ -163,6 +163,7 @@ class MetricsStore(WrapperStore):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
+        self._token: str | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -314,6 +315,21 @@ class MetricsStore(WrapperStore):
             self._record("list_dir", started, 1)
 
     # -- identity ------------------------------------------------------------------------------
+    def __dask_tokenize__(self) -> Any:
+        """The wrapped store's token, computed once (dask's protocol): xarray tokenizes the store
+        of every group it opens with ``chunks``, and pickling a remote store each time costs
+        more than a millisecond a group. The counters are not part of it, as they are not of a
+        pickled copy. A store holding its values in this process (a memory store, whose pickle
+        is its values) is tokenized afresh each time."""
+        from dask.base import tokenize  # asked by dask: imported already
+
+        token = self._token
+        if token is None:
+            token = tokenize(self.inner)
+            if not self.inner.process_local:
+                self._token = token
+        return (MetricsStore.__qualname__, token)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"inner": self.inner}
 
