@@ -50,7 +50,9 @@ class PrefetchStore(WrapperStore):
         self._order = list(dict.fromkeys(keys))
         self._keys = frozenset(self._order)
         self._values: dict[str, bytes | None] = {}
-        #: the batch was taken by a thread (the pool's, or the first reader's)
+        #: the batch was handed to the pool (:meth:`start`), taken by a thread (the pool's, or
+        #: the first reader's)
+        self._started = False
         self._claimed = False
         self._done = False
         self._error: BaseException | None = None
@@ -65,11 +67,12 @@ class PrefetchStore(WrapperStore):
         A read of a key whose value has not arrived waits for it; a read made before the pool
         thread took the batch sends the batch itself (so a busy pool never holds a reader up).
         """
-        with self._arrived:
-            if self._claimed:
-                return False
         if call_threads() < 2:
             return False
+        with self._arrived:
+            if self._claimed or self._started:
+                return False
+            self._started = True
         start_beside(self._fetch_unless_claimed)
         return True
 
