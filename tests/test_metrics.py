@@ -11,7 +11,7 @@ import pytest
 
 import zarrx
 from zarrx.errors import ReadOnlyError
-from zarrx.storage import FsspecStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest
+from zarrx.storage import FsspecStore, LocalStore, MemoryStore, MetricsStore, RangeByteRequest, SuffixByteRequest
 from zarrx.storage.metrics import OPERATIONS, OperationMetrics
 
 
@@ -145,3 +145,43 @@ def test_counts_each_chunk_of_a_local_read():
     summary = store.summary()
     assert summary["get"].requests == 1 + 9  # the metadata document, then the 9 chunks one by one
     assert summary["get_many"].calls == 0
+
+
+def test_a_streamed_batch_is_one_call_in_flight_until_its_last_value(store):
+    store.set_many({"a": b"1", "b": b"22"})
+    store.reset()
+    values = store.iter_many(["a", "b", "missing", "a"])
+    first = next(values)
+    store.get("a")  # while the batch is in flight: the same round
+    assert store.summary().rounds == 1 and "get_many" not in store.summary()  # not counted until it ends
+    assert dict([first, *values]) == {"a": b"1", "b": b"22", "missing": None}
+    summary = store.summary()
+    assert summary.rounds == 1 and summary["get_many"].calls == 1
+    assert (summary["get_many"].requests, summary["get_many"].missing, summary["get_many"].bytes) == (3, 1, 3)
+    dict(store.iter_many(["a"]))
+    assert store.summary().rounds == 2
+
+
+class Pickles(LocalStore):
+    """A local store counting how often it was pickled."""
+
+    pickled = 0
+
+    def __getstate__(self):
+        Pickles.pickled += 1
+        return self.__dict__
+
+
+def test_the_dask_token_of_a_remote_store_is_computed_once(tmp_path):
+    from dask.base import tokenize
+
+    store = MetricsStore(Pickles(tmp_path))
+    token = tokenize(store)
+    assert tokenize(store) == token == tokenize(MetricsStore(Pickles(tmp_path)))
+    pickled = Pickles.pickled
+    assert [tokenize(store) for _ in range(5)] == [token] * 5 and Pickles.pickled == pickled
+    assert tokenize(MetricsStore(LocalStore(tmp_path / "other"))) != token
+    memory = MetricsStore(MemoryStore())  # its pickle is its values: tokenized afresh each time
+    before = tokenize(memory)
+    memory.set("a", b"1")
+    assert tokenize(memory) != before

@@ -104,6 +104,18 @@ def test_opening_a_tree_takes_the_same_rounds_for_10_and_40_groups(consolidated)
     assert rounds == ({10: 2, 40: 2} if consolidated else {10: 6, 40: 6})
 
 
+def test_a_consolidated_tree_of_200_groups_opens_in_two_rounds():
+    tree = _tree(200)
+    store = _written(tree, consolidated=True)
+    opened = _open_tree(store, True, chunks={})
+    summary = store.summary()
+    # the root's document, then the 400 indexes of every group in one batch (issue 32: within 5)
+    assert summary.rounds == 2 and summary.requests == 1 + 200 * 2, str(summary)
+    assert summary["get_many"].calls == 1
+    for name in ("g0", "g117", "g199"):
+        xr.testing.assert_identical(opened[name].to_dataset().compute(), tree[name].to_dataset())
+
+
 def test_each_level_of_nesting_adds_two_rounds_when_listed():
     store = _written(_tree(12, depth=2), consolidated=False)
     _open_tree(store, False)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pickle
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -10,10 +13,13 @@ import xarray as xr
 
 import zarrx
 import zarrx.xarray  # noqa: F401
-from zarrx.errors import ReadOnlyError
+from zarrx.concurrency import task_threads
+from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.nodes.prefetch import MAX_PREFETCH_BYTES, read_together
 from zarrx.storage import PrefetchStore
+from zarrx.storage.prefetch import ARRIVING_SWITCH_INTERVAL
 from zarrx.storage import MemoryStore, MetricsStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+from zarrx.xarray.store import ZarrxDataStore
 
 
 @pytest.fixture
@@ -112,3 +118,93 @@ def test_a_suffix_longer_than_the_value_gives_the_whole_value():
     store = PrefetchStore(MemoryStore({"k": b"01234"}), ["k"])
     assert store.get("k", SuffixByteRequest(8)) == b"01234"  # not the last 3 bytes
     assert store.get_ranges([("k", SuffixByteRequest(2))]) == [b"34"]
+
+
+# -- sent at once, handed over as the values arrive ------------------------------------------------
+class Gated(MemoryStore):
+    """A memory store whose ``iter_many`` records the keys asked for, hands over the first value,
+    then waits for ``gate`` before the others (a batch whose other answers are still on the wire)."""
+
+    def __init__(self, values):
+        super().__init__(values)
+        self.gate = threading.Event()
+        self.asked: list[list[str]] = []
+        self.fail_after_first: Exception | None = None
+
+    def iter_many(self, keys, *, max_size=None):
+        keys = list(keys)
+        self.asked.append(keys)
+        yield keys[0], self.get(keys[0])
+        assert self.gate.wait(10), "the gate was never opened"
+        if self.fail_after_first is not None:
+            raise self.fail_after_first
+        for key in keys[1:]:
+            yield key, self.get(key)
+
+
+def _wait_for(condition) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "waited 10 s"
+        time.sleep(0.001)
+
+
+def test_start_sends_the_batch_at_once_and_each_value_is_read_as_it_arrives():
+    gated = Gated({"z": b"1", "a": b"2", "m": b"3"})
+    store = PrefetchStore(gated, ["z", "a", "m", "a"])
+    assert store.start() and not store.start()  # once
+    _wait_for(lambda: gated.asked)  # a pool thread took it (a read before that would send it itself)
+    assert store.get("z") == b"1"  # while the rest of the batch is still held back
+    assert gated.asked == [["z", "a", "m"]]  # one batch, in the order given (no key twice)
+    assert not gated.gate.is_set()
+    threading.Timer(0.05, gated.gate.set).start()
+    assert store.get_many(["m", "a"]) == {"m": b"3", "a": b"2"}  # waited for them
+    assert len(gated.asked) == 1
+
+
+def test_readers_waiting_for_a_failed_batch_get_its_error():
+    gated = Gated({"a": b"1", "b": b"2"})
+    gated.fail_after_first = StoreError("the server went away while reading 'b'")
+    store = PrefetchStore(gated, ["a", "b"])
+    store.start()
+    _wait_for(lambda: gated.asked)
+    assert store.get("a") == b"1"
+    gated.gate.set()
+    with pytest.raises(StoreError, match="'b'"):
+        store.get("b")
+    with pytest.raises(StoreError, match="'b'"):  # and again: no second batch
+        store.get_many(["b"])
+    assert len(gated.asked) == 1
+
+
+def test_a_reader_sends_the_batch_itself_where_no_other_thread_may_run():
+    inner = MetricsStore(MemoryStore({"a": b"1", "b": b"2"}))
+    store = PrefetchStore(inner, ["a", "b"])
+    with task_threads(1):  # a dask task given one thread: no pool thread to send it from
+        assert not store.start()
+    assert inner.summary().calls == 0
+    assert store.get("b") == b"2" and store.get("a") == b"1"
+    assert inner.summary()["get_many"].calls == 1
+
+
+def test_an_open_sends_every_index_before_the_first_is_read():
+    store = MetricsStore(MemoryStore())
+    xr.Dataset(coords={"x": [1, 2], "y": [3.0]}).zarrx.to_zarr(store, consolidated=True)
+    store.reset()
+    data_store = ZarrxDataStore(zarrx.open_group(store, use_consolidated=True))
+    variables = data_store.get_variables()  # what xarray asks first: no value read yet
+    _wait_for(lambda: store.summary()["get_many"].calls)  # the batch is sent from a pool thread
+    assert store.summary()["get_many"].requests == 2
+    assert variables["x"].values.tolist() == [1, 2] and store.summary()["get_many"].calls == 1
+
+
+def test_the_gil_changes_hands_often_while_a_started_batch_arrives():
+    gated = Gated({"a": b"1", "b": b"2"})
+    store = PrefetchStore(gated, ["a", "b"])
+    before = sys.getswitchinterval()
+    store.start()
+    _wait_for(lambda: gated.asked)
+    assert sys.getswitchinterval() == pytest.approx(min(before, ARRIVING_SWITCH_INTERVAL))
+    gated.gate.set()
+    assert store.get("b") == b"2"
+    _wait_for(lambda: sys.getswitchinterval() == before)  # set back once the batch has arrived

@@ -30,6 +30,7 @@ instead of waiting for TCP's 1 s retransmission.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from dataclasses import dataclass
@@ -59,7 +60,21 @@ def host_of(url: str) -> str:
     >>> host_of("https://reader:pw@data.example.org/x.zarr/c/0")
     'https://data.example.org:443'
     """
-    parts = urlsplit(url)
+    # asked for every request: the URL's scheme and authority are parsed once
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return _host_of(url)
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark, 0, end)
+        if found >= 0:
+            end = found
+    return _host_of(f"{scheme}://{rest[:end]}")
+
+
+@functools.lru_cache(maxsize=256)
+def _host_of(origin: str) -> str:
+    parts = urlsplit(origin)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
     return f"{parts.scheme}://{parts.hostname}:{port}"
 

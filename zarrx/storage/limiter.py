@@ -132,6 +132,9 @@ class _Window:
         else:
             self.waiters.append(waiter)
         try:
+            if timeout is None:  # bounded by the caller, if at all (no timer of its own)
+                await waiter
+                return
             async with asyncio.timeout(timeout):
                 await waiter
         except BaseException:
@@ -193,17 +196,16 @@ class _Window:
 
 
 class _Latencies:
-    """The last latencies of one kind of answer: their lowest is the baseline."""
+    """The last latencies of one kind of answer: their lowest is the baseline (kept as they
+    come, not searched for at every answer)."""
 
-    __slots__ = ("recent", "smoothed_ratio")
+    __slots__ = ("recent", "smoothed_ratio", "baseline")
 
     def __init__(self) -> None:
         self.recent: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self.smoothed_ratio = 1.0
-
-    @property
-    def baseline(self) -> float | None:
-        return min(self.recent) if self.recent else None
+        #: the lowest of ``recent`` (None: none yet)
+        self.baseline: float | None = None
 
     def holds(self, latency: float) -> bool:
         baseline = self.baseline
@@ -212,8 +214,14 @@ class _Latencies:
     def add(self, latency: float) -> tuple[bool, float]:
         """Record ``latency``: whether it held, and the smoothed ratio of latencies to the baseline."""
         holds = self.holds(latency)
-        self.recent.append(latency)
-        self.smoothed_ratio = 0.9 * self.smoothed_ratio + 0.1 * latency / max(self.baseline, 1e-4)
+        recent, baseline = self.recent, self.baseline
+        leaving = recent[0] if len(recent) == recent.maxlen else None
+        recent.append(latency)
+        if baseline is None or latency <= baseline:
+            self.baseline = baseline = latency
+        elif leaving == baseline:  # the lowest left the window: the next lowest
+            self.baseline = baseline = min(recent)
+        self.smoothed_ratio = 0.9 * self.smoothed_ratio + 0.1 * latency / max(baseline, 1e-4)
         return holds, self.smoothed_ratio
 
 
@@ -285,17 +293,19 @@ class HostLimiter:
     def opening(self) -> int:
         return self._connections.held
 
-    async def acquire(self, timeout: float | None = None, first: bool = False) -> None:
+    async def acquire(self, timeout: float | None = None, first: bool = False, *, timed: bool = True) -> None:
         """Wait for a request slot (at most ``timeout`` seconds, else asyncio.TimeoutError, also
         when a ``Retry-After`` pause lasts longer), ahead of the other waiters when ``first`` (a
-        retry); :meth:`release` it when the request is done."""
+        retry); :meth:`release` it when the request is done. ``timed=False``: the caller bounds
+        the wait itself (one timer for the slot and the request it then sends), and ``timeout``
+        only refuses at once a pause that would outlast it."""
         wait = self._paused_until - time.monotonic()
         if wait > 0:
             if timeout is not None and wait >= timeout:
                 raise asyncio.TimeoutError(f"the server asked to wait {wait:.1f} s more, past the deadline")
             await asyncio.sleep(wait)
             timeout = None if timeout is None else timeout - wait
-        await self._requests.acquire(timeout, first)
+        await self._requests.acquire(timeout if timed else None, first)
 
     def release(self) -> None:
         self._requests.release()
@@ -403,7 +413,9 @@ def host_limiter(
     ``loop`` (the running one by default); created on first use, with ``initial`` requests in
     flight (default :data:`INITIAL_REQUESTS`), in slow start or not."""
     loop = loop or asyncio.get_running_loop()
-    by_host = _limiters.setdefault(loop, {})
+    by_host = _limiters.get(loop)
+    if by_host is None:
+        by_host = _limiters[loop] = {}
     limiter = by_host.get((host, cap))
     if limiter is None:
         limiter = by_host[(host, cap)] = HostLimiter(

@@ -21,7 +21,9 @@ call was in flight. Calls made one after another are a round each; calls that ov
 listings sent from several threads at once, dask tasks writing side by side -- are one round
 together. On a store with latency ``L`` per request a piece of code waits about
 ``rounds * L``, whatever its ``calls`` (``summary().rounds``); ``summary().busy_seconds`` is the
-wall time with at least one call in flight (what the code waited for the store). The wrapper is thread-safe, so
+wall time with at least one call in flight (what the code waited for the store). A streamed
+batch (``iter_many``, whose values the caller uses as they arrive) is one ``get_many`` call, in
+flight from its first value asked for until its last is handed over. The wrapper is thread-safe, so
 dask's threads can share it; a pickled copy (a dask worker) starts from zero.
 """
 
@@ -161,6 +163,7 @@ class MetricsStore(WrapperStore):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
+        self._token: str | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -218,6 +221,23 @@ class MetricsStore(WrapperStore):
         finally:
             found = [v for v in values.values() if v is not None]
             self._record("get_many", started, len(values) or len(keys), len(values) - len(found), sum(map(len, found)))
+
+    def iter_many(self, keys: Sequence[str], *, max_size: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        """The inner store's values as they arrive, counted as one ``get_many`` call, in flight
+        from the first value asked for until the last is handed over (or the caller stops)."""
+        keys = list(keys)
+        started = self._begin()
+        count = missing = nbytes = 0
+        try:
+            for key, value in self.inner.iter_many(keys, max_size=max_size):
+                count += 1
+                if value is None:
+                    missing += 1
+                else:
+                    nbytes += len(value)
+                yield key, value
+        finally:
+            self._record("get_many", started, count or len(set(keys)), missing, nbytes)
 
     def get_ranges(
         self, requests: Sequence[tuple[str, ByteRequest]], *, max_size: int | None = None
@@ -295,6 +315,21 @@ class MetricsStore(WrapperStore):
             self._record("list_dir", started, 1)
 
     # -- identity ------------------------------------------------------------------------------
+    def __dask_tokenize__(self) -> Any:
+        """The wrapped store's token, computed once (dask's protocol): xarray tokenizes the store
+        of every group it opens with ``chunks``, and pickling a remote store each time costs
+        more than a millisecond a group. The counters are not part of it, as they are not of a
+        pickled copy. A store holding its values in this process (a memory store, whose pickle
+        is its values) is tokenized afresh each time."""
+        from dask.base import tokenize  # asked by dask: imported already
+
+        token = self._token
+        if token is None:
+            token = tokenize(self.inner)
+            if not self.inner.process_local:
+                self._token = token
+        return (MetricsStore.__qualname__, token)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"inner": self.inner}
 

@@ -2,26 +2,76 @@
 
 :class:`PrefetchStore` is what :func:`zarrx.nodes.prefetch.read_together` puts under several small
 arrays (xarray's dimension coordinates) so that reading them costs one round trip, not one each.
-Nothing is fetched until something is read; other keys go to the wrapped store as usual. The
-fetched values stay in memory as long as the store does.
+Nothing is fetched until something is read -- or until :meth:`PrefetchStore.start`, which sends
+the batch from a pool thread while the caller goes on (an open that knows it will read every
+index starts them coming while it builds its variables). Either way the batch is one
+:meth:`~zarrx.storage.Store.iter_many` call, in the order the keys were given, and each value is
+handed to its reader as soon as it arrives: the first index is decoded while the others are
+still on the wire. Other keys go to the wrapped store as usual. The fetched values stay in
+memory as long as the store does.
+
+**The GIL while a batch arrives beside busy Python code.** The answers of a remote batch are
+read by an event loop on another thread, which makes a system call or two per request and
+needs the GIL back after each. Beside a thread running Python code (the caller, building its
+variables) it waits up to the interpreter's switch interval (5 ms) every time: a batch of 400
+small answers took three times as long as alone, longer than the work it was meant to hide
+behind. While a batch sent by :meth:`PrefetchStore.start` is arriving, the switch interval is
+therefore lowered to :data:`ARRIVING_SWITCH_INTERVAL` (``sys.setswitchinterval``), and set back
+when the last batch of the process has arrived.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from zarrx.concurrency import call_threads, start_beside
 from zarrx.errors import ReadOnlyError
 from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges, slice_value
 
-__all__ = ["PrefetchStore"]
+__all__ = ["PrefetchStore", "ARRIVING_SWITCH_INTERVAL"]
+
+#: the interpreter's switch interval (seconds) while a started batch is arriving
+ARRIVING_SWITCH_INTERVAL = 0.0002
+
+#: started batches arriving now, and the switch interval to set back when none is
+_arriving = 0
+_saved_interval: float | None = None
+_arriving_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    """While the block runs, the GIL changes hands every :data:`ARRIVING_SWITCH_INTERVAL` at
+    most (never longer than the interval already set); the first block in sets it, the last out
+    sets the interval it found back."""
+    global _arriving, _saved_interval
+    with _arriving_lock:
+        if _arriving == 0:
+            current = sys.getswitchinterval()
+            _saved_interval = current if current > ARRIVING_SWITCH_INTERVAL else None
+            if _saved_interval is not None:
+                sys.setswitchinterval(ARRIVING_SWITCH_INTERVAL)
+        _arriving += 1
+    try:
+        yield
+    finally:
+        with _arriving_lock:
+            _arriving -= 1
+            if _arriving == 0 and _saved_interval is not None:
+                sys.setswitchinterval(_saved_interval)
+                _saved_interval = None
 
 
 class PrefetchStore(WrapperStore):
-    """``inner``, but ``keys`` are fetched all at once on the first read of any of them.
+    """``inner``, but ``keys`` are fetched all at once on the first read of any of them (or on
+    :meth:`start`), each read answered as soon as its own value has arrived.
 
     Read-only (writes raise :class:`~zarrx.errors.ReadOnlyError`): the fetched values
-    would go stale.
+    would go stale. When the batch fails, every read of a key that had not arrived raises
+    the batch's error (a store error naming the key that failed).
 
     Examples
     --------
@@ -38,29 +88,88 @@ class PrefetchStore(WrapperStore):
 
     def __init__(self, inner: Store, keys: Iterable[str]) -> None:
         super().__init__(inner)
-        self._keys = frozenset(keys)
-        self._values: dict[str, bytes | None] | None = None
-        self._lock = threading.Lock()
+        #: the keys in the order they are asked for (the order a caller will read them in)
+        self._order = list(dict.fromkeys(keys))
+        self._keys = frozenset(self._order)
+        self._values: dict[str, bytes | None] = {}
+        #: the batch was handed to the pool (:meth:`start`), taken by a thread (the pool's, or
+        #: the first reader's)
+        self._started = False
+        self._claimed = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._arrived = threading.Condition(threading.Lock())
 
-    def _fetched(self) -> dict[str, bytes | None]:
-        if self._values is None:
-            with self._lock:
-                if self._values is None:
-                    self._values = self.inner.get_many(sorted(self._keys))
-        return self._values
+    # -- the batch ----------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Send the batch now from a pool thread, while the caller goes on; False when it was
+        already sent, or when the caller may use no other thread (a pool thread, a dask task
+        given one thread): then the first read sends it.
 
+        A read of a key whose value has not arrived waits for it; a read made before the pool
+        thread took the batch sends the batch itself (so a busy pool never holds a reader up).
+        """
+        if call_threads() < 2:
+            return False
+        with self._arrived:
+            if self._claimed or self._started:
+                return False
+            self._started = True
+        start_beside(self._fetch_unless_claimed)
+        return True
+
+    def _claim(self) -> bool:
+        with self._arrived:
+            claimed, self._claimed = self._claimed, True
+        return not claimed
+
+    def _fetch_unless_claimed(self) -> None:
+        if self._claim():
+            # the caller goes on running Python code meanwhile (see the module docstring)
+            with _short_switch_interval():
+                self._fetch()
+
+    def _fetch(self) -> None:
+        values, arrived = self._values, self._arrived
+        try:
+            for key, value in self.inner.iter_many(self._order):
+                with arrived:
+                    values[key] = value
+                    arrived.notify_all()
+        except BaseException as error:  # noqa: BLE001 (handed to every reader still waiting)
+            self._error = error
+        finally:
+            with arrived:
+                self._done = True
+                arrived.notify_all()
+
+    def _value(self, key: str) -> bytes | None:
+        """``key``'s fetched value (one of the prefetched keys), once it has arrived."""
+        values = self._values
+        if key in values:
+            return values[key]
+        if self._claim():
+            self._fetch()
+        with self._arrived:
+            while key not in values and not self._done:
+                self._arrived.wait()
+        if key in values:
+            return values[key]
+        if self._error is not None:
+            raise self._error
+        return None
+
+    # -- reading -------------------------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
         if key not in self._keys:
             return self.inner.get(key, byte_range)
-        value = self._fetched().get(key)
+        value = self._value(key)
         return None if value is None else slice_value(value, byte_range)
 
     def get_many(self, keys: Sequence[str], *, max_size: int | None = None) -> dict[str, bytes | None]:
         others = [key for key in keys if key not in self._keys]
         found = bounded_get_many(self.inner, others, max_size) if others else {}
-        if len(others) < len(keys):
-            values = self._fetched()
-            found.update({key: values.get(key) for key in keys if key in self._keys})
+        found.update({key: self._value(key) for key in keys if key in self._keys})
         return {key: found[key] for key in keys}
 
     def get_ranges(
@@ -68,11 +177,10 @@ class PrefetchStore(WrapperStore):
     ) -> list[bytes | None]:
         others = [(key, byte_range) for key, byte_range in requests if key not in self._keys]
         answers = iter(bounded_get_ranges(self.inner, others, max_size) if others else [])
-        values = self._fetched() if len(others) < len(requests) else {}
         results = []
         for key, byte_range in requests:
             if key in self._keys:
-                value = values.get(key)
+                value = self._value(key)
                 results.append(None if value is None else slice_value(value, byte_range))
             else:
                 results.append(next(answers))
@@ -81,6 +189,7 @@ class PrefetchStore(WrapperStore):
     def exists(self, key: str) -> bool:
         return self.get(key) is not None if key in self._keys else self.inner.exists(key)
 
+    # -- read-only -----------------------------------------------------------------------------
     def _refuse(self, key: str) -> None:
         raise ReadOnlyError(f"cannot write {key!r}: {self!r} serves prefetched values and is read-only")
 
@@ -101,7 +210,7 @@ class PrefetchStore(WrapperStore):
 
     def __getstate__(self) -> dict[str, Any]:
         # a pickled copy (a dask worker) fetches for itself
-        return {"inner": self.inner, "keys": self._keys}
+        return {"inner": self.inner, "keys": self._order}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["inner"], state["keys"])

@@ -340,16 +340,23 @@ class Transfers:
         failures = slow_connects = 0
         while True:
             attempt = Attempt(limiter, deadline, slow_connects)
+            acquired = False
             try:
-                # a retry takes the next free slot before requests not yet sent: it is older
-                await limiter.acquire(attempt.remaining(), first=failures > 0)
-            except asyncio.TimeoutError:
-                raise DeadlineExceeded(self._deadline_text(*which) + " (waiting for the server to take requests)") from None
-            attempt.in_flight = limiter.in_flight
-            try:
+                # one timer bounds the wait for a slot and the request (a timer costs as much
+                # CPU as a tenth of a small request)
                 async with asyncio.timeout(attempt.remaining()):
+                    # a retry takes the next free slot before requests not yet sent: it is older
+                    await limiter.acquire(attempt.remaining(), first=failures > 0, timed=False)
+                    acquired = True
+                    attempt.in_flight = limiter.in_flight
                     value = await send(attempt)
             except Exception as error:  # noqa: BLE001 (classified below)
+                if not acquired:
+                    if isinstance(error, asyncio.TimeoutError):
+                        raise DeadlineExceeded(
+                            self._deadline_text(*which) + " (waiting for the server to take requests)"
+                        ) from None
+                    raise
                 failure = error
                 # the requests the server had when it gave up: as the reader saw them on the wire,
                 # else those in flight with this one (some perhaps still waiting for a connection)
@@ -367,7 +374,8 @@ class Transfers:
                 limiter.succeeded(attempt.latency if attempt.latency is not None else 0.0, attempt.fresh, late)
                 return value
             finally:
-                limiter.release()
+                if acquired:
+                    limiter.release()
             if isinstance(failure, SlowConnect) and slow_connects < MAX_SLOW_CONNECTS:
                 slow_connects += 1  # started afresh at once: a new connection attempt, not a retry
                 continue

@@ -293,7 +293,7 @@ class ZarrxDataStore(AbstractDataStore):
         indexes = self._indexes
         if indexes is None or not self.cache_members:
             names = list(self.index_arrays())
-            indexes = dict(zip(names, read_together([arrays[name] for name in names])))
+            indexes = dict(zip(names, read_together([arrays[name] for name in names], start=True)))
         arrays.update((name, array) for name, array in indexes.items() if name in arrays)
         return MappingProxyType(
             {_variable_key(name, array): self.open_store_variable(name, array) for name, array in arrays.items()}
@@ -360,8 +360,8 @@ def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     >>> for group in ("a", "b", "c"):
     ...     root.create_array(f"{group}/x", shape=(3,), dtype="i4", dimension_names=["x"])[:] = np.arange(3)
     >>> stores = [data_store for _, data_store in ZarrxDataStore(zarrx.open_group(store)).walk()]
-    >>> read_indexes_together(stores)
     >>> store.reset()
+    >>> read_indexes_together(stores)  # sends the batch, while the caller goes on
     >>> [data_store.get_variables()["x"].values.tolist() for data_store in stores[1:]]
     [[0, 1, 2], [0, 1, 2], [0, 1, 2]]
     >>> store.summary().rounds  # the three coordinates: one batch
@@ -369,7 +369,8 @@ def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     """
     stores = list(stores)
     indexes = [(store, name, array) for store in stores for name, array in store.index_arrays().items()]
-    together = read_together([array for _, _, array in indexes])
+    # sent at once: the values come in while xarray decodes the groups, the first group's first
+    together = read_together([array for _, _, array in indexes], start=True)
     for store in stores:
         store._indexes = {}
     for (store, name, _), array in zip(indexes, together):
