@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import sys
 import threading
 import time
 
@@ -17,7 +16,6 @@ from zarrx.concurrency import task_threads
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.nodes.prefetch import MAX_PREFETCH_BYTES, read_together
 from zarrx.storage import PrefetchStore
-from zarrx.storage.prefetch import ARRIVING_SWITCH_INTERVAL
 from zarrx.storage import MemoryStore, MetricsStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarrx.xarray.store import ZarrxDataStore
 
@@ -196,15 +194,3 @@ def test_an_open_sends_every_index_before_the_first_is_read():
     _wait_for(lambda: store.summary()["get_many"].calls)  # the batch is sent from a pool thread
     assert store.summary()["get_many"].requests == 2
     assert variables["x"].values.tolist() == [1, 2] and store.summary()["get_many"].calls == 1
-
-
-def test_the_gil_changes_hands_often_while_a_started_batch_arrives():
-    gated = Gated({"a": b"1", "b": b"2"})
-    store = PrefetchStore(gated, ["a", "b"])
-    before = sys.getswitchinterval()
-    store.start()
-    _wait_for(lambda: gated.asked)
-    assert sys.getswitchinterval() == pytest.approx(min(before, ARRIVING_SWITCH_INTERVAL))
-    gated.gate.set()
-    assert store.get("b") == b"2"
-    _wait_for(lambda: sys.getswitchinterval() == before)  # set back once the batch has arrived

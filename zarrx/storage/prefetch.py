@@ -9,60 +9,18 @@ index starts them coming while it builds its variables). Either way the batch is
 handed to its reader as soon as it arrives: the first index is decoded while the others are
 still on the wire. Other keys go to the wrapped store as usual. The fetched values stay in
 memory as long as the store does.
-
-**The GIL while a batch arrives beside busy Python code.** The answers of a remote batch are
-read by an event loop on another thread, which makes a system call or two per request and
-needs the GIL back after each. Beside a thread running Python code (the caller, building its
-variables) it waits up to the interpreter's switch interval (5 ms) every time: a batch of 400
-small answers took three times as long as alone, longer than the work it was meant to hide
-behind. While a batch sent by :meth:`PrefetchStore.start` is arriving, the switch interval is
-therefore lowered to :data:`ARRIVING_SWITCH_INTERVAL` (``sys.setswitchinterval``), and set back
-when the last batch of the process has arrived.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import threading
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from zarrx.concurrency import call_threads, start_beside
 from zarrx.errors import ReadOnlyError
 from zarrx.storage.store import ByteRequest, Store, WrapperStore, bounded_get_many, bounded_get_ranges, slice_value
 
-__all__ = ["PrefetchStore", "ARRIVING_SWITCH_INTERVAL"]
-
-#: the interpreter's switch interval (seconds) while a started batch is arriving
-ARRIVING_SWITCH_INTERVAL = 0.0002
-
-#: started batches arriving now, and the switch interval to set back when none is
-_arriving = 0
-_saved_interval: float | None = None
-_arriving_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _short_switch_interval() -> Iterator[None]:
-    """While the block runs, the GIL changes hands every :data:`ARRIVING_SWITCH_INTERVAL` at
-    most (never longer than the interval already set); the first block in sets it, the last out
-    sets the interval it found back."""
-    global _arriving, _saved_interval
-    with _arriving_lock:
-        if _arriving == 0:
-            current = sys.getswitchinterval()
-            _saved_interval = current if current > ARRIVING_SWITCH_INTERVAL else None
-            if _saved_interval is not None:
-                sys.setswitchinterval(ARRIVING_SWITCH_INTERVAL)
-        _arriving += 1
-    try:
-        yield
-    finally:
-        with _arriving_lock:
-            _arriving -= 1
-            if _arriving == 0 and _saved_interval is not None:
-                sys.setswitchinterval(_saved_interval)
-                _saved_interval = None
+__all__ = ["PrefetchStore"]
 
 
 class PrefetchStore(WrapperStore):
@@ -125,9 +83,7 @@ class PrefetchStore(WrapperStore):
 
     def _fetch_unless_claimed(self) -> None:
         if self._claim():
-            # the caller goes on running Python code meanwhile (see the module docstring)
-            with _short_switch_interval():
-                self._fetch()
+            self._fetch()
 
     def _fetch(self) -> None:
         values, arrived = self._values, self._arrived
