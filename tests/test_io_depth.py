@@ -1,9 +1,8 @@
 """I/O depth apart from CPU threads (issue 31): large local reads in ranges on the I/O pool, chunks
-stored as in memory read straight into the output, shards' spans hinted as soon to be read."""
+stored as in memory read straight into the output."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -15,7 +14,6 @@ import pytest
 import zarrx
 from zarrx.concurrency import call_io_depth, io_depth, map_io, task_threads
 from zarrx.errors import ChunkDecodeError, UsageError
-from zarrx.storage import LocalStore, WrapperStore
 from zarrx.storage.local import IO_RANGE_BYTES, read_ranges_into
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,37 +108,3 @@ def test_a_chunk_file_of_the_wrong_size_is_a_decode_error_not_garbage(tmp_path):
     chunk.write_bytes(chunk.read_bytes()[:-2])
     with pytest.raises(ChunkDecodeError, match="c/1/0"):
         array[...]
-
-
-class Hinted(WrapperStore):
-    """A local store recording what its range readers are told will be read."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.hints = []
-
-    @contextlib.contextmanager
-    def range_readers(self, max_size=None):
-        with self.inner.range_readers(max_size) as open_value:
-
-            def opened(key):
-                value = open_value(key)
-                if value is not None:
-                    value.will_read = lambda start, end, key=key, hint=value.will_read: (
-                        self.hints.append((key, start, end)), hint(start, end))
-                return value
-
-            yield opened
-
-
-def test_the_wanted_span_of_each_opened_shard_is_hinted_as_soon_to_be_read(tmp_path):
-    values = np.arange(64 * 64, dtype="f4").reshape(64, 64)
-    _create(tmp_path / "s.zarr", values, chunks=(8, 8), shards=(32, 32), compressors=None)
-    store = Hinted(LocalStore(tmp_path / "s.zarr"))
-    array = zarrx.open_array(store, mode="r")
-    np.testing.assert_array_equal(array[...], values)
-    assert sorted(key for key, _, _ in store.hints) == ["c/0/0", "c/0/1", "c/1/0", "c/1/1"]
-    assert all((start, end) == (0, 16 * 8 * 8 * 4) for _, start, end in store.hints)  # all 16 inner chunks
-    store.hints.clear()
-    np.testing.assert_array_equal(array[:8, :8], values[:8, :8])  # one inner chunk: just its bytes
-    assert [(key, end - start) for key, start, end in store.hints] == [("c/0/0", 8 * 8 * 4)]

@@ -40,11 +40,6 @@ __all__ = ["read_shards", "OPEN_SHARD_PIECES"]
 #: keeps at most 256 shards open
 OPEN_SHARD_PIECES = 16384
 
-#: the bytes of a batch's opened shards hinted as soon to be read (RangeReader.will_read): the
-#: file system reads them with as many requests in flight as the device takes, while the
-#: decoding threads read inner chunk after inner chunk
-READ_AHEAD_BYTES = 256 * 2**20
-
 #: an index entry's offset and size when the inner chunk is empty
 _EMPTY = int(EMPTY)
 
@@ -109,7 +104,6 @@ def _opened_shard_items(
     and its index read; a wanted inner chunk is a :class:`StoredRange` of its open shard."""
     codec, spec_of, index_ranges = handle.sharding, handle.object_spec, {}
     items: list[Item] = []
-    ahead = 0 if fetcher.dry else READ_AHEAD_BYTES
     for key, coords, where, rows, _ in part:
         spec = spec_of(coords)
         if spec.shape not in index_ranges:  # one index size per shard shape (one on a regular grid)
@@ -119,7 +113,6 @@ def _opened_shard_items(
             items.extend((None, key, outs, selection, chunk_coords) for chunk_coords, outs, selection in rows)
             continue
         entries = codec.read_index(raw, spec, key, whole=False, shard_size=value.size).entries
-        ahead = _read_ahead(value, entries[where].reshape(-1, 2), ahead)
         shard_items = [
             (None if offset == _EMPTY and nbytes == _EMPTY else StoredRange(value, offset, offset + nbytes),
              key, outs, selection, chunk_coords)
@@ -132,18 +125,6 @@ def _opened_shard_items(
             ])  # fmt: skip
         items.extend(shard_items)
     return items
-
-
-def _read_ahead(value: RangeReader, entries: np.ndarray, budget: int) -> int:
-    """Hint the span of ``entries`` (offset, size; the wanted inner chunks) of the open shard
-    ``value`` as soon to be read, while ``budget`` bytes allow; returns the budget left."""
-    hint = getattr(value, "will_read", None)  # a reader made before RangeReader had it: no hint
-    stored = entries[(entries[:, 0] != _EMPTY) | (entries[:, 1] != _EMPTY)]
-    if budget <= 0 or hint is None or not len(stored):
-        return budget
-    start, end = int(stored[:, 0].min()), int((stored[:, 0] + stored[:, 1]).max())
-    hint(start, min(end, start + budget))
-    return budget - (end - start)
 
 
 def _read_shard_batch(handle: ArrayHandle, batch: list[ObjectPlan], fetcher: Fetcher) -> list[_Job]:

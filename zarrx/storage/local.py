@@ -404,8 +404,6 @@ class LocalStore(Store):
         return f"LocalStore({self.root!r}{flags})"
 
 
-#: posix_fadvise (Linux and most Unixes): hints of what will be read (RangeReader.will_read)
-_READ_AHEAD = hasattr(os, "posix_fadvise")
 #: os.pread and os.preadv (not on Windows): reads at an offset that several threads may make at once
 _POSITIONED_READS = hasattr(os, "pread") and hasattr(os, "preadv")
 
@@ -423,11 +421,6 @@ class _FileRanges(RangeReader):
             return os.pread(self.descriptor, end - start, start)
         except OSError as error:
             raise self.store._error("read", self.key, error) from error
-
-    def will_read(self, start: int, end: int) -> None:
-        if _READ_AHEAD and end > start:  # the kernel reads ahead; a hint, so a failure is no error
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(self.descriptor, start, end - start, os.POSIX_FADV_WILLNEED)
 
     def readinto(self, start: int, buffer: memoryview) -> int:
         """Read ``len(buffer)`` bytes from ``start`` into ``buffer``; returns the bytes read. A large

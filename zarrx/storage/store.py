@@ -213,10 +213,6 @@ class RangeReader(ABC):
     def readinto(self, start: int, buffer: memoryview) -> int:
         """Read from ``start`` into ``buffer``; how many bytes (fewer only at the end)."""
 
-    def will_read(self, start: int, end: int) -> None:
-        """A hint that bytes ``[start, end)`` will be read soon: a file starts reading them in the
-        background, as many requests in flight as the device takes (default: nothing)."""
-
 
 class Store(MetadataUpdates, ABC):
     """Key/value storage for a Zarr hierarchy (see the module docstring for its abilities)."""
