@@ -453,8 +453,7 @@ def read_ranges_into(descriptor: int, start: int, buffer: memoryview) -> int:
     (4, b'\\xfc\\xfd\\xfe\\xff')
     """
     size = len(buffer)
-    pieces = min(call_io_depth(), size // IO_RANGE_BYTES)
-    if pieces <= 1:
+    if size < 2 * IO_RANGE_BYTES or (pieces := min(call_io_depth(), size // IO_RANGE_BYTES)) <= 1:
         return os.preadv(descriptor, [buffer], start)
     step = -(-size // pieces)
     step += -step % mmap.PAGESIZE  # whole pages: no page read by two requests
