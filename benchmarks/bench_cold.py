@@ -256,6 +256,9 @@ def run_child(job: dict[str, Any]) -> dict[str, Any]:
     shape = tuple(array.shape) if library != "tensorstore" else tuple(array.domain.shape)
     result: dict[str, Any] = {}
     # what the operation imports, imported before the clock
+    if library == "zarrx":  # zarrx imports its layers on first use
+        import zarrx.io.execute  # noqa: F401
+        import zarrx.io.write  # noqa: F401
     if library == "zarrx" and benchmark in ("dask_read_all", "copy_streamed"):
         import zarrx.dask.read  # noqa: F401
         import zarrx.tools.conversion  # noqa: F401
