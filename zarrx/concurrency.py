@@ -21,7 +21,7 @@ file waits on the device, which serves many requests at once (a disk, NFS, a par
 system: the more in flight, the faster, up to the device's depth). Such reads go in ranges to
 a second pool of :func:`io_depth` threads (``ZARRX_IO_DEPTH``, default
 :data:`DEFAULT_IO_DEPTH`, measured on a cold virtio disk: 1 GiB of 32 MiB files in 1.35 s with
-one read in flight, 1.0 s with 2, 0.65 s with 16) through :func:`map_io`; they only wait and
+one read in flight, 0.9-1.0 s with 2, 0.6-1.0 s with 16) through :func:`map_io`; they only wait and
 copy, so decoding still runs on one thread per core. Inside a scheduler's task (below) a call
 keeps at most its task's threads in flight, so the depth never multiplies the scheduler's threads.
 
