@@ -16,6 +16,15 @@ freed after use.
 ``ZARRX_NUM_THREADS`` sets the number of workers (default: the CPU count, at
 least 2 so blocking I/O overlaps even on one core, at most 16).
 
+**I/O depth apart from CPU threads.** Those workers decode and encode; a read of a large local
+file waits on the device, which serves many requests at once (a disk, NFS, a parallel file
+system: the more in flight, the faster, up to the device's depth). Such reads go in ranges to
+a second pool of :func:`io_depth` threads (``ZARRX_IO_DEPTH``, default
+:data:`DEFAULT_IO_DEPTH`, measured on a cold virtio disk: 1 GiB of 32 MiB files in 1.35 s with
+one read in flight, 0.9-1.0 s with 2, 0.6-1.0 s with 16) through :func:`map_io`; they only wait and
+copy, so decoding still runs on one thread per core. Inside a scheduler's task (below) a call
+keeps at most its task's threads in flight, so the depth never multiplies the scheduler's threads.
+
 **Inside a scheduler's task** (a dask task: zarrx's task functions say so with
 :func:`task_threads`) the scheduler owns the threads: a call there uses at most
 ``zarrx.threads-per-task`` threads, its own included (dask config, or the environment variable
@@ -44,6 +53,7 @@ from zarrx.errors import UsageError
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
     "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch",
+    "io_depth", "call_io_depth", "map_io",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -52,7 +62,10 @@ R = TypeVar("R")
 #: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
 _scratch = threading.local()
 #: scratch buffers up to this size stay with their thread between calls...
-MAX_KEPT_SCRATCH_BYTES = 16 * 2**20
+#: (32 MiB: a 256**3 chunk of 2-byte values; a fresh buffer per chunk costs an mmap and an munmap,
+#: which stalls the page faults of every thread of the process: with 16 reads in flight, 1 GiB
+#: of such chunks took 1.3-4.1 s through fresh buffers, 1.0-2.1 s into kept ones)
+MAX_KEPT_SCRATCH_BYTES = 32 * 2**20
 #: ... as long as all the threads of the process keep no more than this together
 #: (``ZARRX_SCRATCH_BUDGET_BYTES``): a buffer past it is freed after use
 SCRATCH_BUDGET_BYTES = int(os.environ.get("ZARRX_SCRATCH_BUDGET_BYTES", "0") or 0) or 64 * 2**20
@@ -63,8 +76,13 @@ DEFAULT_THREADS_PER_TASK = 1
 MIN_CONCURRENT_ITEMS = 4
 GROUPS_PER_WORKER = 4
 THREAD_NAME = "zarrx-worker"
+IO_THREAD_NAME = "zarrx-io"
+#: reads a call keeps in flight by default (``ZARRX_IO_DEPTH``; see the module docstring)
+DEFAULT_IO_DEPTH = 16
+MAX_IO_DEPTH = 256
 
 _pool: ThreadPoolExecutor | None = None
+_io_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 #: the thread budget of the task running on each thread (``limit``; absent outside a task)
 _task = threading.local()
@@ -88,6 +106,90 @@ def _cpu_count() -> int | None:
     return os.cpu_count()
 
 
+def io_depth() -> int:
+    """The requests a call keeps in flight on a store whose calls block (``ZARRX_IO_DEPTH``;
+    default :data:`DEFAULT_IO_DEPTH`; 1 reads one range at a time on the calling thread).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["ZARRX_IO_DEPTH"] = "4"
+    >>> io_depth()
+    4
+    >>> del os.environ["ZARRX_IO_DEPTH"]
+    """
+    value = os.environ.get("ZARRX_IO_DEPTH", "").strip()
+    if not value:
+        return DEFAULT_IO_DEPTH
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"ZARRX_IO_DEPTH: expected a whole number of requests in flight, 1 or more; found {value!r}")
+    return min(MAX_IO_DEPTH, int(value))
+
+
+def call_io_depth() -> int:
+    """The requests a call on this thread may keep in flight: :func:`io_depth`, or inside a task
+    no more than the task's threads (:func:`task_threads`), so a scheduler's threads are not
+    multiplied (with the default of one thread per task, one request at a time)."""
+    limit = getattr(_task, "limit", None)
+    depth = io_depth()
+    return depth if limit is None else min(depth, limit)
+
+
+def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[function(item) for item in items]`` with up to :func:`call_io_depth` of them in flight:
+    on the I/O pool, the calling thread taking its share. For work that waits on a device (a
+    range of a file) and does no decoding: it never takes a thread of the CPU pool, and any
+    thread -- a pool worker decoding the chunk it reads among them -- may call it.
+
+    Examples
+    --------
+    >>> map_io(abs, [-3, 2, -1])
+    [3, 2, 1]
+    """
+    items = items if isinstance(items, (list, tuple)) else list(items)
+    depth = min(call_io_depth(), len(items))
+    if depth <= 1 or threading.current_thread().name.startswith(IO_THREAD_NAME):
+        return [function(item) for item in items]
+    results: list[Any] = [None] * len(items)
+    positions = iter(range(len(items)))  # next() on it is atomic: each item is taken once
+    failed = threading.Event()
+
+    def drain() -> None:
+        try:
+            for position in positions:
+                if failed.is_set():
+                    return
+                results[position] = function(items[position])
+        except BaseException:
+            failed.set()
+            raise
+
+    pool = _get_io_pool()
+    helpers = [pool.submit(drain) for _ in range(depth - 1)]
+    errors: list[BaseException] = []
+    try:
+        drain()
+    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
+        errors.append(error)
+    for helper in helpers:
+        try:
+            helper.result()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _get_io_pool() -> ThreadPoolExecutor:
+    global _io_pool
+    if _io_pool is None:
+        with _pool_lock:
+            if _io_pool is None:
+                _io_pool = ThreadPoolExecutor(max_workers=io_depth(), thread_name_prefix=IO_THREAD_NAME)
+    return _io_pool
+
+
 def _get_pool() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
@@ -101,8 +203,8 @@ def _forget_pool_after_fork() -> None:
     # The child inherits the pool object but none of its threads; tasks queued on
     # it would wait forever. The lock may have been held at the fork, too. Scratch
     # buffers start again from none (those of the parent's other threads are gone).
-    global _pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
-    _pool = None
+    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
+    _pool = _io_pool = None
     _pool_lock = threading.Lock()
     _scratch, _spare = threading.local(), []
     _kept, _kept_lock, _generation = 0, threading.RLock(), _generation + 1

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
 from zarrx.concurrency import map_concurrent, map_runs, scratch_array, scratch_bytes
@@ -44,17 +45,32 @@ class StoredRange(NamedTuple):
     end: int
 
 
-def _read_stored(stored: StoredRange, key: str, coords: tuple[int, ...]) -> memoryview:
-    """The bytes of ``stored``, read into this thread's scratch bytes (valid until its next read)."""
+def _read_stored(stored: StoredRange, key: str, coords: tuple[int, ...], inner: bool,
+                 into: memoryview | None = None) -> memoryview:  # fmt: skip
+    """The bytes of ``stored``, read into ``into`` or else this thread's scratch bytes (valid until
+    its next read)."""
     value, start, end = stored
-    view = scratch_bytes(end - start)
+    view = scratch_bytes(end - start) if into is None else into
     found = value.readinto(start, view)
-    if found != end - start:  # the index was checked against the file's size when it was opened
+    if found != end - start and inner:  # the index was checked against the file's size when it was opened
         raise ChunkDecodeError(
             f"chunk {key!r} inner chunk {coords}: the shard ended at byte {start + found} while reading bytes "
             f"[{start}, {end}) its index gives (it was cut short in place while being read)"
         )
+    if found != end - start:  # a whole chunk's file, of the size it had when it was opened
+        raise ChunkDecodeError(
+            f"chunk {key!r}: the file ended at byte {start + found} while reading its {end} bytes "
+            "(it was cut short in place while being read)"
+        )
     return view
+
+
+def stored_as_in_memory(pipeline: CodecPipeline, spec: ChunkSpec) -> bool:
+    """Whether a stored chunk of ``spec`` is its values' bytes as they are in memory (no codec but
+    ``bytes`` in native order): its file can be read straight into the output."""
+    return (not pipeline.array_array and not pipeline.bytes_bytes and type(pipeline.array_bytes) is BytesCodec
+            and spec.nbytes is not None and not spec.dtype.hasobject
+            and pipeline.array_bytes.stores_memory_layout(spec))  # fmt: skip
 
 
 #: chunks smaller than this decode faster on one thread: per-chunk Python work holds
@@ -103,6 +119,11 @@ class ChunkDecoder:
         self.direct_out = (
             self.decodes_into and out.flags.c_contiguous and out.flags.writeable and out.dtype == spec.dtype
             and (spec_of is not None or _contiguous_piece(spec.shape, out.shape))
+        )  # fmt: skip
+        #: whole chunks are read from their files straight into ``out`` (stored as in memory)
+        self.read_into_out = (
+            spec_of is None and out.flags.c_contiguous and out.flags.writeable and out.dtype == spec.dtype
+            and _contiguous_piece(spec.shape, out.shape) and stored_as_in_memory(pipeline, spec)
         )  # fmt: skip
 
     def run(self, function: Callable[[T], None], items: Sequence[T]) -> None:
@@ -201,9 +222,15 @@ class ChunkDecoder:
         if direct is not None:
             scratch = scratch_array(spec.shape, spec.dtype)
             scratch_view = scratch.reshape(-1).view(np.uint8)
+        read_into_out, nbytes = self.read_into_out, spec.nbytes
         for raw, key, out_selection, chunk_selection, coords in items:
             if type(raw) is StoredRange:
-                raw = _read_stored(raw, key, coords)
+                if read_into_out and chunk_selection is None and raw.end - raw.start == nbytes:
+                    target = out[(*out_selection, Ellipsis)]
+                    if target.flags.c_contiguous:  # the chunk's bytes are its piece of the output
+                        _read_stored(raw, key, coords, inner, memoryview(target.reshape(-1).view(np.uint8)))
+                        continue
+                raw = _read_stored(raw, key, coords, inner)
             if raw is None:
                 out[out_selection] = fill_value
             elif direct is None or (chunk_selection is None and self.direct_out):

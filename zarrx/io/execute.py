@@ -31,7 +31,7 @@ import numpy as np
 
 from zarrx.errors import ChunkEncodeError, SelectionError
 from zarrx.concurrency import call_threads, map_runs, start_beside
-from zarrx.io.decode import ChunkDecoder, caller_can_work
+from zarrx.io.decode import ChunkDecoder, StoredRange, caller_can_work
 from zarrx.io.fetch import CHUNK, INNER_CHUNKS, SHARD, SHARD_INDEX, Fetcher, PlannedRequest, Request, Trace
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow, ObjectPlan, batches, chunk_table, plan_objects, split_batches
@@ -179,13 +179,32 @@ def _read_table(handle: ArrayHandle, rows: Iterator[ChunkRow], count: int, decod
         with store.batch_reader(max_size) as read:
             decoder.put_rows(part, read)
 
-    if decoder.threaded:  # the table in batches: a huge selection's rows are never all in memory
+    with fetcher.value_readers() as open_value:
+        opened = open_value is not None
+    if decoder.threaded and opened:
+        # chunks worth the pool, from files opened for range reads: read in ranges with the I/O
+        # depth (concurrency.map_io) into scratch bytes, or straight into the output
+        for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
+            map_runs(lambda part: decoder.put_many(_opened_rows(fetcher, part)), batch,
+                     caller_works=caller_can_work(decoder.pipeline))  # fmt: skip
+    elif decoder.threaded:  # the table in batches: a huge selection's rows are never all in memory
         for batch in split_batches(rows, lambda _: 1, DIRECT_BATCH_ITEMS):
             map_runs(run, batch, caller_works=caller_can_work(decoder.pipeline))
     elif count >= 2 * PIPELINE_ROWS and decoder.decodes_many and call_threads() > 1:
         _read_pipelined(store, max_size, rows, count, decoder)
     else:
         run(rows)
+
+
+def _opened_rows(fetcher: Fetcher, rows: Iterable[ChunkRow]) -> Iterator[Any]:
+    """:meth:`ChunkDecoder.put_many`'s items for ``rows``: each chunk's file opened for range reads
+    (a :class:`~zarrx.io.decode.StoredRange` of all of it; None: absent) and closed once the
+    decoder asks for the next one."""
+    for key, coords, out_selection, chunk_selection in rows:
+        with fetcher.value_readers() as open_value:
+            value = open_value(key)
+            stored = None if value is None else StoredRange(value, 0, value.size)
+            yield stored, key, out_selection, chunk_selection, coords
 
 
 #: files the reader of the small-chunk pipeline hands over at a time (and at most 4 runs ahead)

@@ -43,11 +43,12 @@ ranges.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import re
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
-from zarrx.concurrency import map_concurrent
+from zarrx.concurrency import call_io_depth, map_concurrent, map_io
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
@@ -422,10 +423,57 @@ class _FileRanges(RangeReader):
             raise self.store._error("read", self.key, error) from error
 
     def readinto(self, start: int, buffer: memoryview) -> int:
+        """Read ``len(buffer)`` bytes from ``start`` into ``buffer``; returns the bytes read. A large
+        read goes in ranges of at least :data:`IO_RANGE_BYTES`, up to
+        :func:`~zarrx.concurrency.call_io_depth` of them in flight (see :func:`read_ranges_into`)."""
         try:
-            return os.preadv(self.descriptor, [buffer], start)
+            return read_ranges_into(self.descriptor, start, buffer)
         except OSError as error:
             raise self.store._error("read", self.key, error) from error
+
+
+#: the smallest range a large read is split into (a device serves a few MiB per request:
+#: 1 GiB of 32 MiB files read cold in ranges of 1 MiB took 0.9 s, of 4 MiB 0.56 s, whole 0.65 s,
+#: at 16 in flight)
+IO_RANGE_BYTES = 4 * 2**20
+
+
+def read_ranges_into(descriptor: int, start: int, buffer: memoryview) -> int:
+    """``os.preadv(descriptor, [buffer], start)``, in ranges read in parallel when ``buffer``
+    holds two ranges of :data:`IO_RANGE_BYTES` or more; returns the bytes read (fewer at the end of
+    the file: up to where the first short range stopped).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as file:
+    ...     _ = file.write(bytes(range(256)) * 4); file.flush()
+    ...     buffer = bytearray(8)
+    ...     read_ranges_into(file.fileno(), 1020, memoryview(buffer)), bytes(buffer[:4])
+    (4, b'\\xfc\\xfd\\xfe\\xff')
+    """
+    size = len(buffer)
+    if size < 2 * IO_RANGE_BYTES or (pieces := min(call_io_depth(), size // IO_RANGE_BYTES)) <= 1:
+        return os.preadv(descriptor, [buffer], start)
+    step = -(-size // pieces)
+    step += -step % mmap.PAGESIZE  # whole pages: no page read by two requests
+    offsets = range(0, size, step)
+    found = map_io(lambda offset: _read_fully(descriptor, start + offset, buffer[offset : offset + step]), offsets)
+    for offset, count in zip(offsets, found):
+        if count < min(step, size - offset):
+            return offset + count
+    return size
+
+
+def _read_fully(descriptor: int, position: int, buffer: memoryview) -> int:
+    """Bytes read into ``buffer`` from ``position``, reading again after a short read until the end of the file."""
+    total = 0
+    while total < len(buffer):
+        count = os.preadv(descriptor, [buffer[total:]], position + total)
+        if not count:
+            break
+        total += count
+    return total
 
 
 def _read_all(file: BinaryIO) -> bytes:
