@@ -197,8 +197,9 @@ def test_a_convert_stopped_by_a_failed_write_is_incomplete_and_a_rerun_completes
 
 def test_a_whole_shard_is_encoded_on_the_pool_and_written_once():
     counting = CountingStore(MemoryStore())
-    # inner chunks of 64 KiB: large enough for the pool (zarrx.io.decode.MIN_THREADED_CHUNK_BYTES)
-    target = zarrx.create_array(counting, shape=(256, 256), chunks=(64, 128), shards=(256, 256), dtype="f8")
+    # 32 inner chunks of 64 KiB: large enough for the pool (zarrx.io.decode.MIN_THREADED_CHUNK_BYTES),
+    # and enough that the pool's threads take some while the calling thread encodes beside them
+    target = zarrx.create_array(counting, shape=(512, 512), chunks=(64, 128), shards=(512, 512), dtype="f8")
     encoded_on = set()
     codec = target.handle.sharding.codecs
     original = type(codec).encode
@@ -210,7 +211,7 @@ def test_a_whole_shard_is_encoded_on_the_pool_and_written_once():
 
     object.__setattr__(codec, "__class__", Recording)  # this array's own (frozen) pipeline object only
     counting.reset()
-    target[...] = np.random.default_rng(1).normal(size=(256, 256))
+    target[...] = np.random.default_rng(1).normal(size=(512, 512))
     assert [key for key in counting.writes if key.startswith("c/")] == ["c/0/0"]
     assert any(name.startswith("zarrx-worker") for name in encoded_on)
     np.testing.assert_array_equal(zarrx.open_array(counting)[...], target[...])
