@@ -164,21 +164,27 @@ def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
             failed.set()
             raise
 
-    pool = _get_io_pool()
-    helpers = [pool.submit(drain) for _ in range(depth - 1)]
+    _drain_together(_get_io_pool(), drain, depth - 1, caller_works=True)
+    return results
+
+
+def _drain_together(pool: ThreadPoolExecutor, drain: Callable[[], None], helpers: int, *, caller_works: bool) -> None:
+    """Run ``drain`` on ``helpers`` threads of ``pool`` (and on the calling thread when
+    ``caller_works``) until each returns; then raise the first error any of them raised."""
+    running = [pool.submit(drain) for _ in range(helpers)]
     errors: list[BaseException] = []
     try:
-        drain()
+        if caller_works:
+            drain()
     except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
         errors.append(error)
-    for helper in helpers:
+    for helper in running:
         try:
             helper.result()
         except BaseException as error:  # noqa: BLE001
             errors.append(error)
     if errors:
         raise errors[0]
-    return results
 
 
 def _get_io_pool() -> ThreadPoolExecutor:
@@ -247,21 +253,7 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
             failed.set()
             raise
 
-    pool = _get_pool()
-    helpers = [pool.submit(drain) for _ in range(min(workers - 1 if caller_works else workers, groups))]
-    errors: list[BaseException] = []
-    try:
-        if caller_works:
-            drain()
-    except BaseException as error:  # noqa: BLE001 -- raised once the helpers have stopped
-        errors.append(error)
-    for helper in helpers:
-        try:
-            helper.result()
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-    if errors:
-        raise errors[0]
+    _drain_together(_get_pool(), drain, min(workers - 1 if caller_works else workers, groups), caller_works=caller_works)
     return results
 
 
