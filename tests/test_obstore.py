@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import threading
 import time
 from collections import Counter
 
@@ -309,3 +310,29 @@ def test_obstore_errors_never_escape_unwrapped(tmp_path):
         store.set("folder/inside/deeper", b"2")  # below a file: obstore's error, wrapped
     assert store.exists("folder/inside") and not store.exists("folder/other")
     assert obstore.get(store.obstore, "folder/inside").bytes() == b"1"
+
+
+def test_exit_waits_for_obstores_threads_to_leave_python_code():
+    """obstore's (tokio's) threads hand answers to the event loop in Python code; the exit hook
+    (:func:`zarrx.storage.obstore_reads.settle`) waits until no such foreign thread runs Python, so
+    the interpreter never finalizes under one (which aborts the process)."""
+    import _thread
+
+    from zarrx.storage import obstore_reads
+
+    inside, done = threading.Event(), threading.Event()
+
+    def foreign() -> None:  # a thread the threading module knows nothing of, as tokio's are
+        inside.set()
+        until = time.monotonic() + 0.3
+        while time.monotonic() < until:
+            pass
+        done.set()
+
+    _thread.start_new_thread(foreign, ())
+    assert inside.wait(5)
+    assert obstore_reads._foreign_threads_in_python()
+    obstore_reads.settle()
+    assert done.is_set() and not obstore_reads._foreign_threads_in_python()
+    obstore_reads.ObstoreReader(MemoryStore())  # the hook is registered once obstore is read through
+    assert obstore_reads._settle_registered
