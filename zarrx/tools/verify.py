@@ -55,7 +55,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from zarrx.codecs.sharding import ShardingCodec
 from zarrx.concurrency import map_concurrent
@@ -287,8 +287,9 @@ def _check(job: _Job, raw: bytes | None, report: VerifyReport) -> int:
     return len(raw)
 
 
-def _fetch(store: Store, keys: list[str], report: VerifyReport, jobs: dict[str, _Job]) -> dict[str, bytes | None]:
-    """The stored bytes of ``keys`` in one batch; when the batch fails, key by key, reporting the failures."""
+def _fetch(store: Store, keys: list[str], report: VerifyReport, node_of: Callable[[str], str]) -> dict[str, bytes | None]:
+    """The stored bytes of ``keys`` in one batch; when the batch fails, key by key, reporting the
+    failures (as unreadable chunks of the node ``node_of(key)``) and leaving their keys out."""
     try:
         return store.get_many(keys)
     except Exception:  # stores raise StoreError; anything else is reported all the same
@@ -298,28 +299,15 @@ def _fetch(store: Store, keys: list[str], report: VerifyReport, jobs: dict[str, 
         try:
             values[key] = store.get(key)
         except Exception as error:
-            report.corrupt.append(Problem(key, "/" + jobs[key].path, f"cannot read it: {type(error).__name__}: {error}"))
+            report.corrupt.append(Problem(key, "/" + node_of(key), f"cannot read it: {type(error).__name__}: {error}"))
     return values
 
 
 def _absent(store: Store, keys: list[str], path: str, report: VerifyReport) -> list[str]:
     """Those of ``keys`` (not listed as stored) that read as absent; the others -- a folder at a
     chunk's key, say -- are reported as chunks that cannot be read."""
-    try:
-        values = store.get_many(keys)
-        return [key for key in keys if values.get(key) is None]
-    except Exception:  # noqa: BLE001 (one of them fails: key by key, as _fetch does)
-        pass
-    absent = []
-    for key in keys:
-        try:
-            value = store.get(key)
-        except Exception as error:  # noqa: BLE001
-            report.corrupt.append(Problem(key, "/" + path, f"cannot read it: {type(error).__name__}: {error}"))
-            continue
-        if value is None:
-            absent.append(key)
-    return absent
+    values = _fetch(store, keys, report, lambda key: path)
+    return [key for key in keys if key in values and values[key] is None]
 
 
 def verify(
@@ -429,7 +417,7 @@ def verify(
     total, done = len(jobs), 0
     weight = lambda key: decoded_nbytes(jobs[key].handle.spec)  # noqa: E731
     for batch in split_batches(list(jobs), weight, BATCH_BYTES):
-        values = _fetch(zstore, batch, report, jobs)
+        values = _fetch(zstore, batch, report, lambda key: jobs[key].path)
         checked = map_concurrent(lambda key: _check(jobs[key], values.get(key), report), [k for k in batch if k in values])
         report.bytes_checked += sum(checked)
         report.chunks_checked += sum(1 for key in batch if values.get(key) is not None)
