@@ -27,7 +27,7 @@ from obstore.store import HTTPStore, LocalStore, MemoryStore, S3Store
 import zarrx
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, UsageError
 from zarrx.storage import (
-    FsspecStore, ObstoreStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest, make_store,
+    FsspecStore, ObstoreStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest, ZarrPythonStore, make_store,
 )  # fmt: skip
 from zarrx.storage.obstore_urls import choose_backend
 
@@ -312,13 +312,13 @@ def test_obstore_errors_never_escape_unwrapped(tmp_path):
     assert obstore.get(store.obstore, "folder/inside").bytes() == b"1"
 
 
-def test_exit_waits_for_obstores_threads_to_leave_python_code():
+def test_exit_waits_for_obstores_threads_to_leave_python_code(monkeypatch):
     """obstore's (tokio's) threads hand answers to the event loop in Python code; the exit hook
-    (:func:`zarrx.storage.obstore_reads.settle`) waits until no such foreign thread runs Python, so
+    (:func:`zarrx.storage.foreign_threads.settle`) waits until no such foreign thread runs Python, so
     the interpreter never finalizes under one (which aborts the process)."""
     import _thread
 
-    from zarrx.storage import obstore_reads
+    from zarrx.storage import foreign_threads, obstore_reads
 
     inside, done = threading.Event(), threading.Event()
 
@@ -331,8 +331,14 @@ def test_exit_waits_for_obstores_threads_to_leave_python_code():
 
     _thread.start_new_thread(foreign, ())
     assert inside.wait(5)
-    assert obstore_reads._foreign_threads_in_python()
-    obstore_reads.settle()
-    assert done.is_set() and not obstore_reads._foreign_threads_in_python()
-    obstore_reads.ObstoreReader(MemoryStore())  # the hook is registered once obstore is read through
-    assert obstore_reads._settle_registered
+    assert foreign_threads._foreign_threads_in_python()
+    foreign_threads.settle()
+    assert done.is_set() and not foreign_threads._foreign_threads_in_python()
+    # the hook is registered once obstore is read through: zarrx's own store, or zarr-python's
+    for reads_through_obstore in (
+        lambda: obstore_reads.ObstoreReader(MemoryStore()),
+        lambda: ZarrPythonStore(zarr.storage.ObjectStore(MemoryStore())),
+    ):
+        monkeypatch.setattr(foreign_threads, "_settle_registered", False)
+        reads_through_obstore()
+        assert foreign_threads._settle_registered

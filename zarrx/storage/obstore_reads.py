@@ -12,14 +12,12 @@ is a missing key (None), or :class:`MissingBucket` when the bucket itself is mis
 from __future__ import annotations
 
 import asyncio
-import atexit
 import re
-import sys
-import threading
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from zarrx.errors import StoreError
+from zarrx.storage.foreign_threads import settle_at_exit
 from zarrx.storage.http import host_of
 from zarrx.storage.transfers import RETRY_STATUSES, Attempt, BodyTooLarge, ObjectRead, ServerAnswer
 from zarrx.storage.zarr_python import CONNECTION_FAILURES, _Failure, _hedged
@@ -125,40 +123,6 @@ def not_found(error: BaseException) -> BaseException | None:
     return None
 
 
-#: the longest the interpreter's exit waits for obstore's threads to leave Python code
-SETTLE_SECONDS = 2.0
-_settling = threading.Lock()
-_settle_registered = False
-
-
-def _foreign_threads_in_python() -> list[int]:
-    """Threads running Python code that the ``threading`` module did not start or adopt: obstore's
-    (tokio's) threads handing a result to the event loop."""
-    known = {thread.ident for thread in threading.enumerate()}
-    return [ident for ident in sys._current_frames() if ident not in known]
-
-
-def settle() -> None:
-    """Wait (up to :data:`SETTLE_SECONDS`) until no foreign thread runs Python code.
-
-    A tokio thread of obstore's hands each answer to the event loop
-    (``loop.call_soon_threadsafe``) and then needs the GIL once more; were the interpreter
-    finalizing by then, that thread would be ended mid-call and the process would abort
-    (SIGABRT at exit, seen after a quick ``zarrx verify s3://...`` on a busy machine). Run at exit,
-    before the interpreter finalizes, when obstore stores were used."""
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while _foreign_threads_in_python() and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
-def _settle_at_exit() -> None:
-    global _settle_registered
-    with _settling:
-        if not _settle_registered:
-            atexit.register(settle)
-            _settle_registered = True
-
-
 class ObstoreReader:
     """Reads one value of an obstore store for :class:`~zarrx.storage.transfers.Transfers`."""
 
@@ -173,7 +137,7 @@ class ObstoreReader:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._host = store_host(store)
-        _settle_at_exit()
+        settle_at_exit()
         #: late requests are sent again (a web server), see :meth:`_send`
         self.hedges = type(store).__name__ not in OBJECT_STORE_SERVICES
 

@@ -39,6 +39,7 @@ import time
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, ZarrxError
+from zarrx.storage.foreign_threads import settle_at_exit
 from zarrx.storage.http import host_of
 from zarrx.storage.limiter import MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR
 from zarrx.storage.paths import validate_key, validate_prefix
@@ -261,6 +262,12 @@ async def _running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
 
 
+def _reads_through_obstore(store: Any) -> bool:
+    """Whether ``store`` is zarr-python's ``ObjectStore`` (obstore underneath)."""
+    kind = _loaded("zarr.storage", "ObjectStore")
+    return kind is not None and isinstance(store, kind)
+
+
 class ZarrPythonStore(Store):
     """A zarr-python 3 store as a zarrx store (see the module docstring).
 
@@ -288,6 +295,8 @@ class ZarrPythonStore(Store):
         self.read_only = bool(read_only or store.read_only)
         self.options = options if options is not None else RemoteOptions()
         self._transfers: Transfers | None = None
+        if _reads_through_obstore(store):
+            settle_at_exit()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_store": self._store, "read_only": self.read_only, "options": self.options}
