@@ -102,3 +102,59 @@ def test_a_server_that_never_answers_is_a_timeout_naming_the_key(folder):
 def test_by_default_a_silent_server_raises_within_a_minute(monkeypatch):
     monkeypatch.delenv("ZARRX_REQUEST_DEADLINE", raising=False)
     assert RemoteOptions().request_deadline == DEFAULT_REQUEST_DEADLINE <= 60
+
+
+def _fresh_host_without_keep_alive(window: int) -> HostLimiter:
+    """A limiter that has seen a host close its connections, answering new ones in 20 ms."""
+    limiter = HostLimiter("http://h:80", cap=64, connections=window)
+    limiter.succeeded(0.02, fresh=True)
+    limiter.keeps_alive = False
+    return limiter
+
+
+def test_without_keep_alive_connection_attempts_are_spaced_over_a_round_trip():
+    # a window of 4 connections answering in 20 ms: an attempt every 5 ms, not 4 in one burst a
+    # listen backlog of a few may drop (TCP would send them again a second later)
+    limiter = _fresh_host_without_keep_alive(4)
+    assert limiter.connect_gap() == pytest.approx(0.005)
+    starts: list[float] = []
+
+    async def connections() -> None:
+        for _ in range(4):
+            await limiter.open_connection(1)
+            starts.append(time.monotonic())
+
+    asyncio.run(connections())
+    gaps = [later - earlier for earlier, later in zip(starts, starts[1:])]
+    assert min(gaps) >= 0.004, gaps
+
+
+def test_with_keep_alive_or_before_any_answer_connections_are_not_spaced():
+    kept = HostLimiter("http://h:80", cap=64)
+    kept.succeeded(0.02, fresh=True)
+    kept.keeps_alive = True
+    unknown = HostLimiter("http://h:80", cap=64)
+    assert kept.connect_gap() == unknown.connect_gap() == 0.0
+
+    async def connections() -> float:
+        started = time.monotonic()
+        for _ in range(16):
+            await kept.open_connection(1)
+        return time.monotonic() - started
+
+    assert asyncio.run(connections()) < 0.05
+
+
+def test_an_attempt_given_up_while_waiting_its_turn_gives_its_slot_back():
+    limiter = _fresh_host_without_keep_alive(4)
+
+    async def connections() -> None:
+        await limiter.open_connection(1)  # the first goes at once, the next waits its 5 ms
+        waiting = asyncio.ensure_future(limiter.open_connection(1))
+        await asyncio.sleep(0.001)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(connections())
+    assert limiter.opening == 1

@@ -42,7 +42,10 @@ backlog; the caller abandons it and starts afresh rather than wait for TCP's one
 retransmission, and the window halves to the number of connections being opened when that
 attempt started (once per round trip), then probes that level slowly -- on a host that does not
 keep connections alive, by one per round trip from there: where its backlog overflows depends on
-how fast it accepts, not on a level it keeps.
+how fast it accepts, not on a level it keeps. On such a host the attempts are also *paced*
+(:meth:`HostLimiter.connect_gap`): spaced by the time to a first answer divided by the window,
+so a window's worth arrives across a round trip rather than in one burst (a backlog of 5 dropped
+most of a burst of 16 even when it could accept them one after another).
 
 **Readers that do not see connections** (a zarr-python store opens its own, out of sight) start
 the request window where their library would, out of slow start (:func:`host_limiter`'s
@@ -260,6 +263,8 @@ class HostLimiter:
         #: server's set-up of the connection: a thread to start, an accept queue to wait in)
         self._latency = {False: _Latencies(), True: _Latencies()}
         self._connect_time: float | None = None
+        #: when the next connection attempt may start (:meth:`connect_gap`)
+        self._next_connect = 0.0
         self._paused_until = 0.0
         #: what happened, for tests and ``repr``: answers, signs of overload, decreases, slow connects
         self.counts: collections.Counter[str] = collections.Counter()
@@ -312,8 +317,31 @@ class HostLimiter:
 
     async def open_connection(self, timeout: float | None = None) -> None:
         """Wait for the right to open a connection; then :meth:`connection_answered` (or
-        :meth:`connection_failed`) when its first answer came (or it failed)."""
+        :meth:`connection_failed`) when its first answer came (or it failed). On a host that
+        closes its connections, attempts are also spaced (:meth:`connect_gap`)."""
         await self._connections.acquire(timeout)
+        gap = self.connect_gap()
+        if not gap:
+            return
+        now = time.monotonic()
+        start = max(now, self._next_connect)
+        self._next_connect = start + gap
+        if start > now:
+            try:
+                await asyncio.sleep(start - now)
+            except BaseException:
+                self._connections.release()  # given up while waiting its turn: the slot goes on
+                raise
+
+    def connect_gap(self) -> float:
+        """Seconds between two connection attempts to a host that closes its connections: the
+        time to the first answer on a new connection spread over the window, so the window's
+        attempts arrive across a round trip, not in one burst a listen backlog cannot hold
+        (TCP pacing); 0 for hosts that keep connections alive, or before any answer."""
+        if self.keeps_alive is not False:
+            return 0.0
+        fresh = self._latency[True].baseline
+        return 0.0 if fresh is None else fresh / max(1.0, self._connections.size)
 
     # -- what the answers say ----------------------------------------------------------------
     @property
