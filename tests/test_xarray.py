@@ -701,6 +701,23 @@ def test_importing_zarrx_does_not_import_xarray():
     assert result.stdout.strip() == "True"
 
 
+def test_opening_without_chunks_does_not_import_dask(tmp_path):
+    # dask.array (and the scipy it imports where installed) took ~0.4 s of the first open;
+    # engine="zarr" does not import it either unless asked for dask arrays
+    path = tmp_path / "d.zarr"
+    xr.Dataset({"a": ("x", np.arange(4))}, coords={"x": np.arange(4)}).zarrx.to_zarr(str(path))
+    code = (
+        "import sys, xarray as xr; "
+        f"ds = xr.open_dataset({str(path)!r}, engine='zarrx'); assert ds.a.values.tolist() == [0, 1, 2, 3]; "
+        "print('dask.array' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+    code = code.replace("engine='zarrx'", "engine='zarrx', chunks={}").replace("ds.a.values", "ds.a.compute().values")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "True"  # the check sees dask when it is used
+
+
 @pytest.mark.parametrize("fmt", [2, 3])
 @pytest.mark.parametrize("consolidated", [True, False])
 def test_an_unnamed_dataarray_written_by_xarray_opens(tmp_path, fmt, consolidated):

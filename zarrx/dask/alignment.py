@@ -29,6 +29,7 @@ import dask.array as da
 import numpy as np
 from dask.array.core import PerformanceWarning, normalize_chunks
 
+from zarrx.metadata.rectilinear import grid_blocks
 from zarrx.nodes.array import Array
 from zarrx.errors import ChunkAlignmentError
 
@@ -67,20 +68,6 @@ def _chunk_of(position: int, chunk: Axis) -> int:
     if isinstance(chunk, tuple):
         return int(np.searchsorted(np.cumsum(np.asarray(chunk, dtype=np.int64)), position, side="right"))
     return position // chunk
-
-
-def grid_blocks(edges: tuple[tuple[int, ...], ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Dask block sizes that are a rectilinear grid's chunks (the last of an axis cut at its end)."""
-    blocks = []
-    for axis_edges, length in zip(edges, shape):
-        sizes, position = [], 0
-        for edge in axis_edges:
-            if position >= length:
-                break
-            sizes.append(min(edge, length - position))
-            position += edge
-        blocks.append(tuple(sizes) or (0,))
-    return tuple(blocks)
 
 
 def first_bad_boundary(sizes: tuple[int, ...], offset: int, chunk: Axis) -> int | None:

@@ -42,7 +42,7 @@ from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
 from zarrx.concurrency import task_threads
-from zarrx.dask.alignment import grid_blocks
+from zarrx.metadata.rectilinear import grid_blocks
 from zarrx.dask.axes import Axis, axis_from_sizes, regular_axis
 from zarrx.dask.lazy import BlockSelections, Layout, Source, lazy_array, select
 from zarrx.errors import GraphTooLargeError, NameNotFoundError, SelectionError, UsageError, UsageTypeError

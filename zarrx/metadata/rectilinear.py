@@ -31,7 +31,7 @@ import numpy as np
 from zarrx.errors import MetadataError
 from zarrx.extension import parse_extension
 
-__all__ = ["RectilinearChunkGrid", "MAX_EDGES", "is_edge_list"]
+__all__ = ["RectilinearChunkGrid", "MAX_EDGES", "is_edge_list", "grid_blocks"]
 
 #: most explicit chunk edges one dimension may list (their offsets are kept in memory)
 MAX_EDGES = 2**22
@@ -223,3 +223,22 @@ class RectilinearChunkGrid:
         shape = [0] * len(self.chunk_shapes)
         shape[axis] = length + added
         return self.resized(tuple(shape))
+
+
+def grid_blocks(edges: tuple[tuple[int, ...], ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The sizes of a rectilinear grid's chunks along each dimension, the last of each cut at the
+    array's end (dask's ``chunks`` form: the grid's blocks).
+
+    >>> grid_blocks(((4, 4, 8), (5, 5)), (10, 10))
+    ((4, 4, 2), (5, 5))
+    """
+    blocks = []
+    for axis_edges, length in zip(edges, shape):
+        sizes, position = [], 0
+        for edge in axis_edges:
+            if position >= length:
+                break
+            sizes.append(min(edge, length - position))
+            position += edge
+        blocks.append(tuple(sizes) or (0,))
+    return tuple(blocks)

@@ -28,7 +28,7 @@ from xarray.backends.zarr import FillValueCoder  # no public equivalent: engine=
 from xarray.core import indexing  # no public equivalent: the indexing classes xarray's backend guide names
 
 from zarrx.concurrency import task_threads
-from zarrx.dask.alignment import grid_blocks
+from zarrx.metadata.rectilinear import grid_blocks
 from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
