@@ -18,7 +18,7 @@ import pytest
 import zarrx
 from zarrx.concurrency import task_threads, writes_behind
 from zarrx.errors import StoreError
-from zarrx.io.write import HELD_PER_THREAD
+import zarrx.io.write
 from zarrx.storage import LocalStore
 from zarrx.storage.local import is_temporary_name
 from zarrx.storage.store import WrapperStore
@@ -74,8 +74,8 @@ def test_writes_run_on_the_io_pool_several_at_once_and_values_are_identical(tmp_
     array = zarrx.create_array(store, shape=values.shape, dtype=values.dtype, chunks=(64, 256), compressors=compressors)
     array[...] = values
     assert store.written == 16
-    # more writes at once than the two threads encoding, never more than the encoded objects held
-    assert THREADS < store.most <= HELD_PER_THREAD * THREADS
+    # more writes at once than the two threads encoding, never more than the I/O depth
+    assert THREADS < store.most <= 16
     assert any(name.startswith("zarrx-io") for name in store.threads), store.threads
     np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[...], values)
     assert not [name for name in _files(tmp_path) if name.endswith(".tmp")]
@@ -83,6 +83,7 @@ def test_writes_run_on_the_io_pool_several_at_once_and_values_are_identical(tmp_
 
 def test_encoded_objects_waiting_for_a_slow_device_stay_bounded(tmp_path, monkeypatch):
     monkeypatch.setenv("ZARRX_IO_DEPTH", "2")  # a slow device: two writes at a time
+    monkeypatch.setattr(zarrx.io.write, "HELD_BYTES_PER_THREAD", 2 * 64 * 1024)  # two chunks per thread
     values = _values((1024, 1024))  # 4 MiB in 64 chunks of 64 KiB, each gathered into a copy
     store = Watched(LocalStore(str(tmp_path)), pause=0.005)
     array = zarrx.create_array(store, shape=values.shape, dtype=values.dtype, chunks=(64, 256), compressors=None)
@@ -93,8 +94,8 @@ def test_encoded_objects_waiting_for_a_slow_device_stay_bounded(tmp_path, monkey
     finally:
         tracemalloc.stop()
     assert store.written == 64 and store.most <= 2
-    # the objects handed to the I/O pool (HELD_PER_THREAD per thread) and those being encoded:
-    # about 6 x 64 KiB, not the 4 MiB of all the chunks waiting for the device
+    # the objects handed to the I/O pool (4 x 64 KiB) and those being encoded (2 x 64 KiB),
+    # not the 4 MiB of all the chunks waiting for the device
     assert peak < 1.5 * 2**20, peak
     np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[...], values)
 
@@ -165,7 +166,24 @@ def test_writes_behind_waits_for_every_call_and_raises_the_first_error():
             done.append(number)
 
     with pytest.raises(OSError, match="write 3 failed"):
-        with writes_behind(held=4) as write:
+        with writes_behind(held_bytes=4) as write:
             for number in range(4):
-                write(lambda number=number: slow(number))
+                write(lambda number=number: slow(number), 1)
     assert sorted(done) == [0, 1, 2]  # the block's end waited for the others
+
+
+def test_writes_behind_holds_no_more_bytes_than_allowed_but_always_one_call():
+    held, most, lock = [0], [0], threading.Lock()
+
+    def hold(nbytes):
+        with lock:
+            held[0] += nbytes
+            most[0] = max(most[0], held[0] if nbytes <= 100 else held[0] - nbytes + 100)  # the big one alone
+        time.sleep(0.005)
+        with lock:
+            held[0] -= nbytes
+
+    with writes_behind(held_bytes=100) as write:
+        for nbytes in [30] * 12 + [250, 30, 30]:  # 250: more than allowed, goes alone
+            write(lambda nbytes=nbytes: hold(nbytes), nbytes)
+    assert 60 <= most[0] <= 100, most  # several at once, never more than allowed

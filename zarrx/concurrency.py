@@ -25,7 +25,7 @@ one read in flight, 0.9-1.0 s with 2, 0.6-1.0 s with 16) through :func:`map_io`;
 copy, so decoding still runs on one thread per core. Inside a scheduler's task (below) a call
 keeps at most its task's threads in flight, so the depth never multiplies the scheduler's threads.
 Writes go the same way (:func:`writes_behind`): a pool task encodes an object, hands its write to
-the I/O pool and encodes the next, with what waits for the device bounded however slow it is.
+the I/O pool and encodes the next, with the bytes waiting for the device bounded however slow it is.
 
 **Inside a scheduler's task** (a dask task: zarrx's task functions say so with
 :func:`task_threads`) the scheduler owns the threads: a call there uses at most
@@ -172,53 +172,55 @@ def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
 
 
 @contextlib.contextmanager
-def writes_behind(held: int) -> Iterator[Callable[[Callable[[], None]], None]]:
-    """A ``with`` block giving ``write(call)`` (from any thread): ``call()`` runs on the I/O pool,
-    up to :func:`call_io_depth` in flight, while ``write`` waits only when ``held`` calls are handed
-    over and not done. The block's end waits for every call, then raises the first error (calls
-    not started by then are dropped). At a depth of 1 (a task given one thread), on an I/O thread
-    or with ``held`` < 2, each call runs at once on the caller.
+def writes_behind(held_bytes: int) -> Iterator[Callable[[Callable[[], None], int], None]]:
+    """A ``with`` block giving ``write(call, nbytes)`` (any thread): ``call()`` runs on the I/O pool,
+    up to :func:`call_io_depth` in flight; ``write`` waits while the calls not done would hold more
+    than ``held_bytes`` (one goes alone). The block's end waits for all, then raises the first
+    error (calls not yet started are dropped). At a depth of 1 or on an I/O thread, calls run at once.
 
     Examples
     --------
     >>> done = []
-    >>> with writes_behind(held=4) as write:
-    ...     _ = [write(lambda number=number: done.append(number)) for number in range(8)]
+    >>> with writes_behind(held_bytes=64) as write:
+    ...     _ = [write(lambda number=number: done.append(number), 16) for number in range(8)]
     >>> sorted(done)
     [0, 1, 2, 3, 4, 5, 6, 7]
     """
-    depth = min(call_io_depth(), held)
+    depth = call_io_depth()
     if depth <= 1 or threading.current_thread().name.startswith(IO_THREAD_NAME):
-        yield lambda call: call()
+        yield lambda call, nbytes: call()
         return
-    slots, lock, drains = threading.Semaphore(held), threading.Lock(), 0
-    pending: collections.deque[Callable[[], None]] = collections.deque()
+    room, held, drains = threading.Condition(), [0], 0
+    pending: collections.deque[tuple[Callable[[], None], int]] = collections.deque()
     errors: list[BaseException] = []
     running: list[Future[None]] = []
 
     def drain() -> None:  # an I/O thread runs the calls handed over until none is left
         nonlocal drains
         while True:
-            with lock:
+            with room:
                 if not pending:
                     drains -= 1
                     return
-                call = pending.popleft()
+                call, nbytes = pending.popleft()
             try:
                 if not errors:
                     call()
             except BaseException as error:  # noqa: BLE001 -- raised by the block's end
                 errors.append(error)
             finally:
-                slots.release()
+                with room:
+                    held[0] -= nbytes
+                    room.notify_all()
 
-    def write(call: Callable[[], None]) -> None:
+    def write(call: Callable[[], None], nbytes: int) -> None:
         nonlocal drains
-        if errors:
-            raise errors[0]
-        slots.acquire()
-        with lock:
-            pending.append(call)
+        with room:
+            room.wait_for(lambda: errors or not held[0] or held[0] + nbytes <= held_bytes)
+            if errors:
+                raise errors[0]
+            held[0] += nbytes
+            pending.append((call, nbytes))
             drains += (start := drains < depth)
         if start:
             running.append(_get_io_pool().submit(drain))
@@ -229,7 +231,6 @@ def writes_behind(held: int) -> Iterator[Callable[[Callable[[], None]], None]]:
         [future.result() for future in running]  # fmt: skip
     if errors:
         raise errors[0]
-
 
 def _drain_together(pool: ThreadPoolExecutor, drain: Callable[[], None], helpers: int, *, caller_works: bool) -> None:
     """Run ``drain`` on ``helpers`` threads of ``pool`` (and on the calling thread when

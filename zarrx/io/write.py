@@ -16,7 +16,8 @@ objects take no lock. On stores whose writes cost no round trip
 (``reads_are_local``) every object large enough for the thread pool is encoded by a pool task
 that hands its write to the I/O pool (:func:`zarrx.concurrency.writes_behind`) and goes on
 encoding the next: several writes in flight while the cores encode, and no more than
-:data:`HELD_PER_THREAD` encoded objects per thread waiting or being written; small chunks of a store of local files go in a few runs, each encoded and written
+:data:`HELD_BYTES_PER_THREAD` of encoded objects per thread waiting or being written (at least
+one object); small chunks of a store of local files go in a few runs, each encoded and written
 by one thread in one loop through the store's ``batch_writer`` (partial ones read through its
 ``batch_reader``). Otherwise objects go out in one batched ``set_many`` per batch of about
 :data:`~zarrx.io.plan.MIN_BATCH_BYTES` of input. A batch of fewer shards than threads (a
@@ -46,10 +47,12 @@ from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_obje
 from zarrx.io.selection import BasicIndexer, ChunkProjection
 from zarrx.storage.store import bounded_get_many
 
-__all__ = ["write_from", "write_selection", "trim_past_edge", "HELD_PER_THREAD"]
+__all__ = ["write_from", "write_selection", "trim_past_edge", "HELD_BYTES_PER_THREAD"]
 
-#: encoded objects per thread of the pool handed to the I/O pool and not written yet (local stores)
-HELD_PER_THREAD = 2
+#: bytes of encoded objects per thread of the pool handed to the I/O pool and not written yet
+#: (local stores): many small objects in flight, one 32 MiB chunk per thread (a few more held
+#: 32 MiB buffers measured slower on a cold copy here: fresh memory is what writes cost most)
+HELD_BYTES_PER_THREAD = 32 << 20
 
 
 def write_selection(handle: ArrayHandle, selection: Any, value: Any) -> None:
@@ -96,13 +99,13 @@ def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
     store = handle.store
     existing = bounded_get_many(store, partial, handle.max_object_size) if partial else {}
     # a local store's writes go behind the encoding, on the I/O pool (done when the block ends)
-    behind = writes_behind(HELD_PER_THREAD * call_threads()) if direct else contextlib.nullcontext(None)
+    behind = writes_behind(HELD_BYTES_PER_THREAD * call_threads()) if direct else contextlib.nullcontext(None)
     with behind as write:
 
         def encode_one(plan: ObjectPlan) -> tuple[str, bytes | None]:
             encoded = build(handle, plan, value, existing.get(plan.key))
             if encoded is not None and direct:
-                write(functools.partial(store.set, plan.key, encoded))
+                write(functools.partial(store.set, plan.key, encoded), memoryview(encoded).nbytes)
                 return plan.key, b""
             return plan.key, encoded
 
