@@ -17,7 +17,7 @@ import pytest
 
 import zarrx
 from zarrx.concurrency import task_threads, writes_behind
-from zarrx.errors import StoreError
+from zarrx.errors import StoreError, UsageError
 import zarrx.io.write
 from zarrx.storage import LocalStore
 from zarrx.storage.local import is_temporary_name
@@ -56,6 +56,7 @@ def two_threads(monkeypatch):
     """Two encoding threads and 16 writes allowed in flight, whatever the machine."""
     monkeypatch.setenv("ZARRX_NUM_THREADS", str(THREADS))
     monkeypatch.setenv("ZARRX_IO_DEPTH", "16")
+    monkeypatch.setenv("ZARRX_WRITE_DEPTH", "16")
 
 
 def _values(shape=(256, 1024)):
@@ -145,6 +146,19 @@ def test_a_failed_write_names_its_key_and_leaves_no_temporary_file(tmp_path):
     np.testing.assert_array_equal(reader[0:64, 0:256], values[0:64, 0:256])  # chunk (0, 0) was written
 
 
+def test_by_default_each_object_is_written_by_the_thread_that_encoded_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZARRX_WRITE_DEPTH")
+    values = _values()
+    store = Watched(LocalStore(str(tmp_path)))
+    array = zarrx.create_array(store, shape=values.shape, dtype=values.dtype, chunks=(64, 256), compressors=None)
+    array[...] = values
+    assert store.most <= THREADS and not any(name.startswith("zarrx-io") for name in store.threads)
+    np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[...], values)
+    monkeypatch.setenv("ZARRX_WRITE_DEPTH", "none")
+    with pytest.raises(UsageError, match="ZARRX_WRITE_DEPTH.*none"):
+        array[...] = values
+
+
 def test_inside_a_task_given_one_thread_writes_stay_on_it(tmp_path):
     values = _values()
     store = Watched(LocalStore(str(tmp_path)), pause=0)
@@ -166,7 +180,7 @@ def test_writes_behind_waits_for_every_call_and_raises_the_first_error():
             done.append(number)
 
     with pytest.raises(OSError, match="write 3 failed"):
-        with writes_behind(held_bytes=4) as write:
+        with writes_behind(held_bytes=4, depth=4) as write:
             for number in range(4):
                 write(lambda number=number: slow(number), 1)
     assert sorted(done) == [0, 1, 2]  # the block's end waited for the others
@@ -183,7 +197,7 @@ def test_writes_behind_holds_no_more_bytes_than_allowed_but_always_one_call():
         with lock:
             held[0] -= nbytes
 
-    with writes_behind(held_bytes=100) as write:
+    with writes_behind(held_bytes=100, depth=16) as write:
         for nbytes in [30] * 12 + [250, 30, 30]:  # 250: more than allowed, goes alone
             write(lambda nbytes=nbytes: hold(nbytes), nbytes)
     assert 60 <= most[0] <= 100, most  # several at once, never more than allowed

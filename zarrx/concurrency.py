@@ -24,7 +24,7 @@ a second pool of :func:`io_depth` threads (``ZARRX_IO_DEPTH``, default
 one read in flight, 0.9-1.0 s with 2, 0.6-1.0 s with 16) through :func:`map_io`; they only wait and
 copy, so decoding still runs on one thread per core. Inside a scheduler's task (below) a call
 keeps at most its task's threads in flight, so the depth never multiplies the scheduler's threads.
-Writes go the same way (:func:`writes_behind`): a pool task encodes an object, hands its write to
+Writes may go the same way (:func:`writes_behind`): a pool task encodes an object, hands its write to
 the I/O pool and encodes the next, with the bytes waiting for the device bounded however slow it is.
 
 **Inside a scheduler's task** (a dask task: zarrx's task functions say so with
@@ -172,21 +172,21 @@ def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
 
 
 @contextlib.contextmanager
-def writes_behind(held_bytes: int) -> Iterator[Callable[[Callable[[], None], int], None]]:
+def writes_behind(held_bytes: int, depth: int) -> Iterator[Callable[[Callable[[], None], int], None]]:
     """A ``with`` block giving ``write(call, nbytes)`` (any thread): ``call()`` runs on the I/O pool,
-    up to :func:`call_io_depth` in flight; ``write`` waits while the calls not done would hold more
+    up to ``depth`` (and :func:`call_io_depth`) in flight; ``write`` waits while those not done hold more
     than ``held_bytes`` (one goes alone). The block's end waits for all, then raises the first
     error (calls not yet started are dropped). At a depth of 1 or on an I/O thread, calls run at once.
 
     Examples
     --------
     >>> done = []
-    >>> with writes_behind(held_bytes=64) as write:
+    >>> with writes_behind(held_bytes=64, depth=4) as write:
     ...     _ = [write(lambda number=number: done.append(number), 16) for number in range(8)]
     >>> sorted(done)
     [0, 1, 2, 3, 4, 5, 6, 7]
     """
-    depth = call_io_depth()
+    depth = min(depth, call_io_depth())
     if depth <= 1 or threading.current_thread().name.startswith(IO_THREAD_NAME):
         yield lambda call, nbytes: call()
         return
