@@ -418,8 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"load average before: {os.getloadavg()}")
         for cache in caches:
             for repeat in range(repeats):
+                # the libraries in a rotated order each repeat: a run right after another
+                # library's copy is slower (up to 2x measured, whichever library), so none keeps
+                # one place
+                turn = repeat % max(1, len(available))
                 for array, benchmark in rows:
-                    for library in available:
+                    for library in available[turn:] + available[:turn]:
                         if not supports(library, benchmark):
                             continue
                         job = {"library": library, "benchmark": benchmark, "threads": args.threads,

@@ -24,6 +24,8 @@ a second pool of :func:`io_depth` threads (``ZARRX_IO_DEPTH``, default
 one read in flight, 0.9-1.0 s with 2, 0.6-1.0 s with 16) through :func:`map_io`; they only wait and
 copy, so decoding still runs on one thread per core. Inside a scheduler's task (below) a call
 keeps at most its task's threads in flight, so the depth never multiplies the scheduler's threads.
+Writes may go the same way (:func:`writes_behind`): a pool task encodes an object, hands its write to
+the I/O pool and encodes the next, with the bytes waiting for the device bounded however slow it is.
 
 **Inside a scheduler's task** (a dask task: zarrx's task functions say so with
 :func:`task_threads`) the scheduler owns the threads: a call there uses at most
@@ -36,6 +38,7 @@ that many minus one threads of the one pool; no pool is ever made per task or pe
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -53,7 +56,7 @@ from zarrx.errors import UsageError
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
     "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch",
-    "io_depth", "call_io_depth", "map_io",
+    "io_depth", "call_io_depth", "map_io", "writes_behind",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -168,6 +171,67 @@ def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
     return results
 
 
+@contextlib.contextmanager
+def writes_behind(held_bytes: int, depth: int) -> Iterator[Callable[[Callable[[], None], int], None]]:
+    """A ``with`` block giving ``write(call, nbytes)`` (any thread): ``call()`` runs on the I/O pool,
+    up to ``depth`` (and :func:`call_io_depth`) in flight; ``write`` waits while those not done hold more
+    than ``held_bytes`` (one goes alone). The block's end waits for all, then raises the first
+    error (calls not yet started are dropped). At a depth of 1 or on an I/O thread, calls run at once.
+
+    Examples
+    --------
+    >>> done = []
+    >>> with writes_behind(held_bytes=64, depth=4) as write:
+    ...     _ = [write(lambda number=number: done.append(number), 16) for number in range(8)]
+    >>> sorted(done)
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    depth = min(depth, call_io_depth())
+    if depth <= 1 or threading.current_thread().name.startswith(IO_THREAD_NAME):
+        yield lambda call, nbytes: call()
+        return
+    room, held, drains = threading.Condition(), [0], 0
+    pending: collections.deque[tuple[Callable[[], None], int]] = collections.deque()
+    errors: list[BaseException] = []
+    running: list[Future[None]] = []
+
+    def drain() -> None:  # an I/O thread runs the calls handed over until none is left
+        nonlocal drains
+        while True:
+            with room:
+                if not pending:
+                    drains -= 1
+                    return
+                call, nbytes = pending.popleft()
+            try:
+                if not errors:
+                    call()
+            except BaseException as error:  # noqa: BLE001 -- raised by the block's end
+                errors.append(error)
+            finally:
+                with room:
+                    held[0] -= nbytes
+                    room.notify_all()
+
+    def write(call: Callable[[], None], nbytes: int) -> None:
+        nonlocal drains
+        with room:
+            room.wait_for(lambda: errors or not held[0] or held[0] + nbytes <= held_bytes)
+            if errors:
+                raise errors[0]
+            held[0] += nbytes
+            pending.append((call, nbytes))
+            drains += (start := drains < depth)
+        if start:
+            running.append(_get_io_pool().submit(drain))
+
+    try:
+        yield write
+    finally:
+        [future.result() for future in running]  # fmt: skip
+    if errors:
+        raise errors[0]
+
 def _drain_together(pool: ThreadPoolExecutor, drain: Callable[[], None], helpers: int, *, caller_works: bool) -> None:
     """Run ``drain`` on ``helpers`` threads of ``pool`` (and on the calling thread when
     ``caller_works``) until each returns; then raise the first error any of them raised."""
@@ -268,8 +332,9 @@ def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller
 
 
 def in_pool() -> bool:
-    """Whether the calling thread is one of the pool's (work handed to the pool from it runs inline)."""
-    return threading.current_thread().name.startswith(THREAD_NAME)
+    """Whether the calling thread is one of the pools' (work handed to the pool from it runs inline:
+    a write on the I/O pool never waits for pool threads, which may wait for it in ``writes_behind``)."""
+    return threading.current_thread().name.startswith((THREAD_NAME, IO_THREAD_NAME))
 
 
 def call_threads() -> int:
