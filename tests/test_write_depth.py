@@ -201,3 +201,17 @@ def test_writes_behind_holds_no_more_bytes_than_allowed_but_always_one_call():
         for nbytes in [30] * 12 + [250, 30, 30]:  # 250: more than allowed, goes alone
             write(lambda nbytes=nbytes: hold(nbytes), nbytes)
     assert 60 <= most[0] <= 100, most  # several at once, never more than allowed
+
+
+@pytest.mark.parametrize("depth", ["1", "16"])
+@pytest.mark.parametrize("chunk_side", [16, 128])  # small chunks written in loops, large ones from the pool
+def test_uncompressed_chunks_of_a_strided_value_are_stored_intact(tmp_path, monkeypatch, depth, chunk_side):
+    # a strided piece of an uncompressed chunk is gathered into the thread's scratch memory when
+    # the thread stores it before building the next: every chunk must still hold its own values
+    monkeypatch.setenv("ZARRX_WRITE_DEPTH", depth)
+    source = np.arange(256 * 256 * 4, dtype="i4").reshape(256, 256, 4)
+    value = source[:, :, 1].T  # strided: no chunk of it is contiguous
+    array = zarrx.create_array(tmp_path / "a.zarr", shape=(256, 256), chunks=(chunk_side, chunk_side),
+                               dtype="i4", compressors=None)  # fmt: skip
+    array[...] = value
+    np.testing.assert_array_equal(zarrx.open_array(tmp_path / "a.zarr")[...], value)

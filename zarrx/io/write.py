@@ -128,10 +128,13 @@ def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
     existing = bounded_get_many(store, partial, handle.max_object_size) if partial else {}
     # with a write depth, a local store's writes go behind the encoding (done when the block ends)
     held = HELD_BYTES_PER_THREAD * call_threads()
-    with writes_behind(held, write_depth()) if direct else contextlib.nullcontext(None) as write:
+    depth = write_depth()
+    # stored by the thread that built it, before it builds the next: scratch memory may hold it
+    at_once = {"stored_at_once": True} if direct and depth == 1 and build is _build_chunk else {}
+    with writes_behind(held, depth) if direct else contextlib.nullcontext(None) as write:
 
         def encode_one(plan: ObjectPlan) -> tuple[str, bytes | None]:
-            encoded = build(handle, plan, value, existing.get(plan.key))
+            encoded = build(handle, plan, value, existing.get(plan.key), **at_once)
             if encoded is not None and direct:
                 write(functools.partial(store.set, plan.key, encoded), memoryview(encoded).nbytes)
                 return plan.key, b""
@@ -162,7 +165,7 @@ def _write_in_loops(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndar
         empty = []
         with store.batch_reader(handle.max_object_size) as read, store.batch_writer() as write:
             for plan in part:
-                encoded = _build_chunk(handle, plan, value, None if plan.whole else read(plan.key))
+                encoded = _build_chunk(handle, plan, value, None if plan.whole else read(plan.key), stored_at_once=True)
                 if encoded is None:
                     empty.append(plan.key)
                 else:
@@ -186,8 +189,10 @@ def _merged(chunk_shape: tuple[int, ...], full_size: bool, projection: ChunkProj
     return chunk
 
 
-def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any) -> bytes | None:
-    """The encoded chunk (None: all fill value, to delete)."""
+def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: Any, stored_at_once: bool = False) -> bytes | None:
+    """The encoded chunk (None: all fill value, to delete); ``stored_at_once``: the caller stores
+    it before this thread builds another, so an uncompressed strided chunk may be gathered into
+    the thread's scratch buffer rather than fresh memory (whose first touch costs more than the copy)."""
     projection = plan.pieces[0][1]
     spec, pipeline = handle.object_spec(plan.coords), handle.pipeline
     region = handle.object_region(plan.coords)
@@ -200,6 +205,10 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         # an uncompressed chunk in memory order: stored from its own bytes (gathered once when it
         # is a strided piece), not copied into new bytes again (stores copy what they keep; local
         # files are written from it)
+        if stored_at_once and not chunk.flags.c_contiguous:
+            gathered = scratch_array(spec.shape, spec.dtype)
+            np.copyto(gathered, chunk)
+            chunk = gathered
         return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
 
