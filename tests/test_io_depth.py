@@ -90,7 +90,10 @@ def test_a_large_chunk_is_read_with_the_io_depth_outside_tasks_only(tmp_path):
     done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "a.zarr")], capture_output=True, text=True,
                           env=env, timeout=120, check=True)  # fmt: skip
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found == {"in_task": 0, "outside": 3, "equal": True, "sum": int(values.sum(dtype=np.uint64))}
+    # outside a task the ranges go to the I/O pool, at most depth - 1 threads beside the caller
+    # (how many it starts depends on how fast the first ones finish: a pool thread is reused)
+    assert 1 <= found.pop("outside") <= 3
+    assert found == {"in_task": 0, "equal": True, "sum": int(values.sum(dtype=np.uint64))}
 
 
 @pytest.mark.parametrize("dtype", ["<u2", ">u2", "<f8"])
