@@ -53,7 +53,7 @@ from zarrx.errors import UsageError
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
     "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch",
-    "io_depth", "call_io_depth", "map_io",
+    "io_depth", "call_io_depth", "map_io", "start_io",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -168,6 +168,19 @@ def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
     return results
 
 
+def start_io(function: Callable[..., R], *args: Any) -> "Future[R]":
+    """Run ``function(*args)`` on an I/O pool thread while the caller goes on: a read ahead of the
+    threads that will decode it (only where :func:`call_io_depth` is 2 or more; the caller waits
+    for, or cancels, what it started before closing what the read uses).
+
+    Examples
+    --------
+    >>> start_io(abs, -3).result()
+    3
+    """
+    return _get_io_pool().submit(function, *args)
+
+
 def _drain_together(pool: ThreadPoolExecutor, drain: Callable[[], None], helpers: int, *, caller_works: bool) -> None:
     """Run ``drain`` on ``helpers`` threads of ``pool`` (and on the calling thread when
     ``caller_works``) until each returns; then raise the first error any of them raised."""
@@ -220,7 +233,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
+def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_works: bool = False,
+                   in_order: bool = False) -> list[R]:  # fmt: skip
     """``[function(item) for item in items]``, on the pool when the batch is big enough.
 
     The items go in groups to the pool threads, each taking the next group as it finishes one.
@@ -228,14 +242,16 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     threads, instead of waiting: the same thread budget without the hand-off to an idle pool
     thread. (Callers leave it off when their work spawns threads of its own on the main
     thread, as c-blosc does under numcodecs.) The first error stops the others from taking new
-    groups and is raised. At most :func:`call_threads` threads work on the batch.
+    groups and is raised. At most :func:`call_threads` threads work on the batch. ``in_order``:
+    one item per group, so the items are taken one by one in their order (items whose inputs are
+    read ahead in that order).
     """
     items = items if isinstance(items, (list, tuple)) else list(items)
     workers = call_threads()
     if len(items) < MIN_CONCURRENT_ITEMS or workers == 1:
         return [function(item) for item in items]
     count = len(items)
-    group_size = -(-count // (workers * GROUPS_PER_WORKER))
+    group_size = 1 if in_order else -(-count // (workers * GROUPS_PER_WORKER))
     groups = -(-count // group_size)
     results: list[Any] = [None] * count
     next_group = itertools.count()  # next() on it is atomic: each group is taken once
