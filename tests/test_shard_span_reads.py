@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ import pytest
 import zarrx
 import zarrx.io.shards
 import zarrx.io.spans
-from zarrx.concurrency import task_threads
+from zarrx.concurrency import map_concurrent, task_threads
 from zarrx.errors import ChunkDecodeError, StoreError
 from zarrx.io.spans import SpanPiece, SpanReads
 from zarrx.storage import LocalStore
@@ -201,3 +203,41 @@ def test_a_large_read_holds_a_bounded_part_of_its_compressed_bytes(tmp_path, mon
         tracemalloc.stop()
     np.testing.assert_array_equal(values, data)
     assert peak - values.nbytes < 4 * 2**20, peak - values.nbytes  # not the 9 MiB of compressed bytes
+
+
+# -- many callers ------------------------------------------------------------------------------------
+def test_calls_from_many_threads_at_once_leave_the_cores_to_the_pool(monkeypatch):
+    monkeypatch.setenv("ZARRX_NUM_THREADS", "2")
+    lock, active, most = threading.Lock(), [0], [0]
+
+    def work(item):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.002)
+        with lock:
+            active[0] -= 1
+        return item
+
+    start = threading.Barrier(6)
+
+    def call():
+        start.wait()
+        assert map_concurrent(work, range(40), caller_works=True) == list(range(40))
+
+    callers = [threading.Thread(target=call) for _ in range(6)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    assert 2 <= most[0] <= 3  # the pool's 2 threads and one caller; not 6 callers beside them
+
+
+def test_sharded_reads_from_many_threads_at_once_are_each_right(tmp_path):
+    _sharded(tmp_path)
+    array = zarrx.open_array(str(tmp_path))
+    regions = [np.s_[i : i + 16, j : j + 64, k : k + 96] for i in (0, 16, 32) for j in (0, 64) for k in (0, 96)]
+    with ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(lambda region: array[region], regions))
+    for region, found in zip(regions, values):
+        np.testing.assert_array_equal(found, _data()[region])

@@ -4,7 +4,9 @@ Reading files, NumPy copies and the compressors numcodecs wraps (zstd, blosc,
 zlib) release the GIL, so a selection spanning many chunks runs on every core.
 Work is handed out in a few groups per worker rather than one future per item
 (a future costs ~50 µs of locking, more than decoding a tiny chunk); the
-calling thread may take groups too instead of waiting (``caller_works``).
+calling thread may take groups too instead of waiting (``caller_works``) -- one calling
+thread at a time: calls from many threads at once (each reading its region) leave the others
+to the pool, so no more threads than the pool's plus one decode on the cores.
 Small batches run inline, and so do calls made from the pool's own threads
 (waiting on the pool from inside it could deadlock). The pool is created on
 first use and forgotten in a forked child, whose copy has no threads.
@@ -84,6 +86,9 @@ MAX_IO_DEPTH = 256
 _pool: ThreadPoolExecutor | None = None
 _io_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+#: calls of map_concurrent whose calling thread works beside the pool (at most one at a time)
+_working_callers = 0
+_callers_lock = threading.Lock()
 #: the thread budget of the task running on each thread (``limit``; absent outside a task)
 _task = threading.local()
 #: bytes of scratch buffers kept by all threads, and the fork generation the count belongs to
@@ -222,9 +227,9 @@ def _forget_pool_after_fork() -> None:
     # The child inherits the pool object but none of its threads; tasks queued on
     # it would wait forever. The lock may have been held at the fork, too. Scratch
     # buffers start again from none (those of the parent's other threads are gone).
-    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
+    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare, _working_callers, _callers_lock
     _pool = _io_pool = None
-    _pool_lock = threading.Lock()
+    _pool_lock, _working_callers, _callers_lock = threading.Lock(), 0, threading.Lock()
     _scratch, _spare = threading.local(), []
     _kept, _kept_lock, _generation = 0, threading.RLock(), _generation + 1
 
@@ -241,7 +246,9 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
     With ``caller_works`` the calling thread takes groups too, beside ``pool_size() - 1`` pool
     threads, instead of waiting: the same thread budget without the hand-off to an idle pool
     thread. (Callers leave it off when their work spawns threads of its own on the main
-    thread, as c-blosc does under numcodecs.) The first error stops the others from taking new
+    thread, as c-blosc does under numcodecs; and while another call's thread works beside the
+    pool, so calls from many threads at once do not run more threads than the pool's plus one
+    on the cores.) The first error stops the others from taking new
     groups and is raised. At most :func:`call_threads` threads work on the batch. ``in_order``:
     one item per group, so the items are taken one by one in their order (items whose inputs are
     read ahead in that order).
@@ -269,8 +276,32 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
             failed.set()
             raise
 
-    _drain_together(_get_pool(), drain, min(workers - 1 if caller_works else workers, groups), caller_works=caller_works)
+    if caller_works and not _start_working_caller():
+        caller_works = False  # another call already works beside the pool: leave the cores to it
+    try:
+        _drain_together(_get_pool(), drain, min(workers - 1 if caller_works else workers, groups), caller_works=caller_works)
+    finally:
+        if caller_works:
+            _stop_working_caller()
     return results
+
+
+def _start_working_caller() -> bool:
+    """Whether a caller of :func:`map_concurrent` may work beside the pool: no other one does.
+    Calls from several threads at once (each reading a region) would otherwise run a thread per
+    caller beside the pool's, more threads than cores contending for them."""
+    global _working_callers
+    with _callers_lock:
+        if _working_callers:
+            return False
+        _working_callers += 1
+        return True
+
+
+def _stop_working_caller() -> None:
+    global _working_callers
+    with _callers_lock:
+        _working_callers -= 1
 
 
 def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:

@@ -36,6 +36,8 @@ __all__ = ["SpanReads", "SpanPart", "SpanPiece", "HELD_BYTES_PER_THREAD"]
 
 #: bytes of parts a read holds at once per decoding thread
 HELD_BYTES_PER_THREAD = 16 * 2**20
+#: part buffers are allocated in multiples of this, and reused for the next parts
+BUFFER_STEP = 256 * 1024
 
 
 class SpanPart:
@@ -167,6 +169,9 @@ class SpanReads:
     def _hold(self, part: SpanPart) -> None:
         nbytes = part.end - part.start
         spare = next((position for position, buffer in enumerate(self.spare) if len(buffer) >= nbytes), None)
-        part.buffer = self.spare.pop(spare) if spare is not None else np.empty(nbytes, dtype=np.uint8)
+        if spare is not None:
+            part.buffer = self.spare.pop(spare)
+        else:  # a size the next parts, of about the same size, fit in (a fresh buffer costs page faults)
+            part.buffer = np.empty(-(-nbytes // BUFFER_STEP) * BUFFER_STEP, dtype=np.uint8)
         self.held += nbytes
         self.most_held = max(self.most_held, self.held)
