@@ -62,8 +62,11 @@ def _part_reads(store_path):
 
 
 # -- values ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("plan_ahead", [None, 30], ids=["planned at once", "planned a shard ahead"])
 @pytest.mark.parametrize("selection", SELECTIONS, ids=str)
-def test_reads_in_parts_equal_the_data_and_the_inner_chunk_path(tmp_path, monkeypatch, selection):
+def test_reads_in_parts_equal_the_data_and_the_inner_chunk_path(tmp_path, monkeypatch, selection, plan_ahead):
+    if plan_ahead:  # the next shards opened and planned on the I/O pool while the decoders decode
+        monkeypatch.setattr(zarrx.io.shards, "PLAN_AHEAD_PIECES", plan_ahead)
     _sharded(tmp_path)
     chunks, reads = _part_reads(tmp_path)
     assert chunks == 10 * 4 * 6 and reads == 8 * 2 + 4 * 12  # the edge shards' inner chunks one by one
@@ -127,7 +130,7 @@ def test_explain_predicts_exactly_the_reads_of_parts(tmp_path):
 
 
 # -- one version, errors ---------------------------------------------------------------------------------
-def test_a_shard_replaced_while_being_read_in_parts_is_read_from_its_old_version(tmp_path):
+def test_a_shard_replaced_while_being_read_in_parts_is_read_from_its_old_version(tmp_path, monkeypatch):
     _sharded(tmp_path)
     _sharded(tmp_path / "other", -_data())
 
@@ -135,6 +138,7 @@ def test_a_shard_replaced_while_being_read_in_parts_is_read_from_its_old_version
         store.set(key, (tmp_path / "other" / key).read_bytes())
 
     array = zarrx.open_array(CutAfterIndex(LocalStore(tmp_path), replace))
+    monkeypatch.setattr(zarrx.io.shards, "PLAN_AHEAD_PIECES", 30)  # a shard at a time, planned ahead
     np.testing.assert_array_equal(array[...], _data())  # every value from the version it opened
     np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[...], -_data())
 
@@ -146,7 +150,7 @@ def test_a_shard_cut_short_while_being_read_in_parts_is_an_error_naming_the_inne
         zarrx.open_array(cut)[0:16, 0:64, 0:96]
 
 
-def test_a_part_that_fails_to_read_raises_the_stores_error_and_stops(tmp_path):
+def test_a_part_that_fails_to_read_raises_the_stores_error_and_stops(tmp_path, monkeypatch):
     _sharded(tmp_path)
 
     class Failing(Watched):
@@ -154,6 +158,9 @@ def test_a_part_that_fails_to_read_raises_the_stores_error_and_stops(tmp_path):
             if value.key == "c/1/1/1":
                 raise StoreError(f"{value.key}: the device failed")
 
+    with pytest.raises(StoreError, match="c/1/1/1: the device failed"):
+        zarrx.open_array(Failing(LocalStore(tmp_path)))[...]
+    monkeypatch.setattr(zarrx.io.shards, "PLAN_AHEAD_PIECES", 30)
     with pytest.raises(StoreError, match="c/1/1/1: the device failed"):
         zarrx.open_array(Failing(LocalStore(tmp_path)))[...]
 
@@ -176,8 +183,8 @@ def test_parts_held_at_once_stay_within_the_budget(tmp_path):
 
         def decode():
             for piece in taken:
-                found[piece.start] = bytes(reads.take(piece, "shard", (0,)))[:2]
-                reads.done(piece)
+                found[piece.start] = bytes(reads.wait(piece.part)[piece.start - piece.part.start :][:2])
+                reads.done(piece.part, 1)
 
         threads = [threading.Thread(target=decode) for _ in range(3)]
         for thread in threads:

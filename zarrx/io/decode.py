@@ -225,11 +225,20 @@ class ChunkDecoder:
             scratch = scratch_array(spec.shape, spec.dtype)
             scratch_view = scratch.reshape(-1).view(np.uint8)
         read_into_out, nbytes = self.read_into_out, spec.nbytes
-        piece = None
+        part = view = None  # the part of a shard read ahead the last pieces were in, its bytes
+        taken = 0  # pieces of it decoded here
         for raw, key, out_selection, chunk_selection, coords in items:
             if type(raw) is SpanPiece:
-                piece = raw
-                raw = piece.part.reads.take(piece, key, coords)
+                if raw.part is not part:
+                    if part is not None:
+                        part.reads.done(part, taken)
+                    part, taken = raw.part, 0
+                    view = part.reads.wait(part)
+                taken += 1
+                start, end = raw.start - part.start, raw.end - part.start
+                if end > len(view):
+                    raise part.reads.cut_short(raw, key, coords, len(view))
+                raw = view[start:end]
             elif type(raw) is StoredRange:
                 if read_into_out and chunk_selection is None and raw.end - raw.start == nbytes:
                     target = out[(*out_selection, Ellipsis)]
@@ -252,9 +261,8 @@ class ChunkDecoder:
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
             # chunks of 2 MiB, 25% of the read's time)
             raw = decoded = chunk = None
-            if piece is not None:
-                piece.part.reads.done(piece)
-                piece = None
+        if part is not None:
+            part.reads.done(part, taken)
 
     def run_items(self, items: list[Item], in_order: int | None = None) -> None:
         """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here;

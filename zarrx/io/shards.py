@@ -25,12 +25,14 @@ Two ways, by what the store can do:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from zarrx.codecs.sharding import EMPTY
+from zarrx.concurrency import call_io_depth, map_io, start_io
 from zarrx.io.byte_ranges import coalesce
 from zarrx.io.decode import ChunkDecoder, Item, StoredRange
 from zarrx.io.fetch import INNER_CHUNKS, SHARD, SHARD_INDEX, Fetcher, Request
@@ -54,6 +56,8 @@ MIN_SPAN_BYTES = 256 * 1024
 PARTS_PER_SHARD = 4
 #: inner chunks a decoding thread takes at once, in order, when they are read in parts
 IN_ORDER_RUN = 32
+#: inner chunks planned at once (see _read_opened)
+PLAN_AHEAD_PIECES = 2048
 
 #: an index entry's offset and size when the inner chunk is empty
 _EMPTY = int(EMPTY)
@@ -80,20 +84,40 @@ def read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], out
         in_parts = not decoder.read_into_out
         for part in split_batches(shards, lambda shard: max(shard[4], 64), OPEN_SHARD_PIECES):
             with fetcher.value_readers() as open_value:
-                spans = SpanReads() if in_parts and not fetcher.dry else None
-                try:
-                    items = _opened_shard_items(handle, part, fetcher, open_value, decoder, in_parts, spans)
-                    if not fetcher.dry:
-                        decoder.run_items(items, in_order=IN_ORDER_RUN if spans is not None and spans.parts else None)
-                finally:
-                    if spans is not None:
-                        spans.close()  # before the files its reads use are closed
+                _read_opened(handle, part, fetcher, open_value, decoder, in_parts)
         return
     # large reads go in batches of whole shards, so no shard's index is read twice
     for batch in batches(handle, list(plan_objects(handle, projections)), out.nbytes):
         jobs = _read_shard_batch(handle, batch, fetcher)
         if not fetcher.dry:
             decoder.run_items([decoder.item(raw, projection, key) for raw, projection, key in jobs])
+
+
+def _read_opened(handle: ArrayHandle, part: list[_Shard], fetcher: Fetcher, open_value: Callable[[str], RangeReader | None],
+                 decoder: ChunkDecoder, in_parts: bool) -> None:  # fmt: skip
+    """Read the shards of ``part`` (one batch) from their open files: planned in groups of about
+    :data:`PLAN_AHEAD_PIECES` inner chunks, the next group planned on the I/O pool (its shards
+    opened, their indexes read, their parts started) while the decoders decode the one before."""
+    spans = SpanReads() if in_parts and not fetcher.dry else None
+    groups = list(split_batches(part, lambda shard: shard[4], PLAN_AHEAD_PIECES))
+    plan = functools.partial(_opened_shard_items, handle, fetcher=fetcher, open_value=open_value, decoder=decoder,
+                             in_parts=in_parts, spans=spans)  # fmt: skip
+    ahead = not fetcher.dry and len(groups) > 1 and call_io_depth() > 1
+    pending = start_io(plan, groups[0]) if ahead else None
+    try:
+        for position, group in enumerate(groups):
+            if pending is None:
+                items = plan(group)
+            else:
+                items = pending.result()
+                pending = start_io(plan, groups[position + 1]) if position + 1 < len(groups) else None
+            if not fetcher.dry:
+                decoder.run_items(items, in_order=IN_ORDER_RUN if spans is not None and spans.parts else None)
+    finally:
+        if pending is not None and not pending.cancel():
+            pending.exception()  # (its error, if any, is not this read's first)
+        if spans is not None:
+            spans.close()  # before the files its reads use are closed
 
 
 def _table_shards(table: Iterator[ShardRows]) -> Iterator[_Shard]:
@@ -118,19 +142,24 @@ def _plan_shard(plan: ObjectPlan, decoder: ChunkDecoder) -> _Shard:
 
 
 def _opened_shard_items(
-    handle: ArrayHandle, part: list[_Shard], fetcher: Fetcher, open_value: Callable[[str], RangeReader | None],
+    handle: ArrayHandle, part: list[_Shard], *, fetcher: Fetcher, open_value: Callable[[str], RangeReader | None],
     decoder: ChunkDecoder, in_parts: bool, spans: SpanReads | None,
 ) -> list[Item]:
     """What :meth:`ChunkDecoder.put_many` takes for the inner chunks of ``part``, each shard opened
     and its index read; a wanted inner chunk is a :class:`SpanPiece` of a part read ahead
     (``in_parts``; registered with ``spans``) or a :class:`StoredRange` of its open shard."""
     codec, spec_of, index_ranges = handle.sharding, handle.object_spec, {}
-    items: list[Item] = []
-    for key, coords, where, rows, _ in part:
-        spec = spec_of(coords)
-        if spec.shape not in index_ranges:  # one index size per shard shape (one on a regular grid)
+    specs = [spec_of(coords) for _, coords, _, _, _ in part]
+    for spec in specs:  # one index size per shard shape (one on a regular grid)
+        if spec.shape not in index_ranges:
             index_ranges[spec.shape] = codec.index_range(spec)
-        value, raw = fetcher.shard_index(open_value, (key, index_ranges[spec.shape], SHARD_INDEX, ()))
+    requests = [(shard[0], index_ranges[spec.shape], SHARD_INDEX, ()) for shard, spec in zip(part, specs)]
+    read_index = functools.partial(fetcher.shard_index, open_value)
+    # each shard opened and its index read on the I/O pool (many small reads in flight on cold
+    # storage), but in a dry run, which records them in order
+    indexes = map(read_index, requests) if fetcher.dry else map_io(read_index, requests)
+    items: list[Item] = []
+    for (key, coords, where, rows, _), spec, (value, raw) in zip(part, specs, indexes):
         if value is None or raw is None:  # absent: all fill value (or a dry run reading no index)
             items.extend((None, key, outs, selection, chunk_coords) for chunk_coords, outs, selection in rows)
             continue

@@ -76,11 +76,10 @@ class SpanReads:
     ...     with store.range_readers() as open_value:
     ...         reads = SpanReads(budget=1)
     ...         part = reads.part(open_value("shard"), 2, 8, pieces=2)
-    ...         first, second = SpanPiece(part, 2, 5), SpanPiece(part, 5, 8)
-    ...         found = bytes(reads.take(first, "shard", (0,))), bytes(reads.take(second, "shard", (1,)))
-    ...         reads.done(first); reads.done(second); reads.close()
-    >>> found, reads.most_held
-    ((b'\\x02\\x03\\x04', b'\\x05\\x06\\x07'), 6)
+    ...         found = bytes(reads.wait(part))
+    ...         reads.done(part, 2); reads.close()
+    >>> found, reads.most_held, reads.held
+    (b'\\x02\\x03\\x04\\x05\\x06\\x07', 6, 0)
     """
 
     def __init__(self, budget: int | None = None) -> None:
@@ -104,9 +103,9 @@ class SpanReads:
                 self._fill()
         return part
 
-    def take(self, piece: SpanPiece, key: str, coords: tuple[int, ...]) -> memoryview:
-        """The bytes of ``piece``, once its part has been read (read here if it was not started)."""
-        part = piece.part
+    def wait(self, part: SpanPart) -> memoryview:
+        """The bytes of ``part``, once read (read here if it was not started): fewer than asked
+        only where its file was cut short after its index was read (see :meth:`cut_short`)."""
         mine = None
         if part.future is None:
             with self.lock:
@@ -121,19 +120,21 @@ class SpanReads:
             except BaseException as error:
                 mine.set_exception(error)
         found = part.future.result()
-        if part.start + found < piece.end:  # the index was checked against the file's size when it was opened
-            raise ChunkDecodeError(
-                f"chunk {key!r} inner chunk {coords}: the shard ended at byte {part.start + found} while reading "
-                f"bytes [{piece.start}, {piece.end}) its index gives (it was cut short in place while being read)"
-            )
         assert part.buffer is not None
-        return memoryview(part.buffer)[piece.start - part.start : piece.end - part.start]
+        return memoryview(part.buffer)[:found]
 
-    def done(self, piece: SpanPiece) -> None:
-        """``piece`` is decoded: its part's buffer goes to the next part after its last inner chunk."""
-        part = piece.part
+    def cut_short(self, piece: SpanPiece, key: str, coords: tuple[int, ...], found: int) -> ChunkDecodeError:
+        """The error of ``piece`` (inner chunk ``coords`` of shard ``key``) past the ``found``
+        bytes of its part."""
+        return ChunkDecodeError(  # the index was checked against the file's size when it was opened
+            f"chunk {key!r} inner chunk {coords}: the shard ended at byte {piece.part.start + found} while reading "
+            f"bytes [{piece.start}, {piece.end}) its index gives (it was cut short in place while being read)"
+        )
+
+    def done(self, part: SpanPart, pieces: int) -> None:
+        """``pieces`` inner chunks of ``part`` are decoded: its buffer goes to the next part after its last."""
         with self.lock:
-            part.left -= 1
+            part.left -= pieces
             if part.left:
                 return
             self.held -= part.end - part.start
