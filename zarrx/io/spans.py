@@ -11,10 +11,10 @@ from the page cache instead of one read per inner chunk.
 Memory stays bounded: :class:`SpanReads` holds parts of at most ``budget`` bytes at once (being
 read, read, or being decoded; :data:`HELD_BYTES_PER_THREAD` per decoding thread by default, and
 always one part) and starts the next when the last inner chunk of one has been decoded, reusing
-its buffer. A part wanted before its
-turn (the window full of parts other threads are decoding) is read by the thread that wants
-it, so no thread ever waits on another's decoding; inside a scheduler's task given one thread
-(:func:`~zarrx.concurrency.call_io_depth` 1) every part is read so, by its decoding thread.
+its buffer (part buffers are kept, process-wide, up to :data:`KEPT_BUFFER_BYTES`). A part wanted
+before its turn (the window full of parts other threads are decoding) is read by the thread that
+wants it, so no thread ever waits on another's decoding; inside a scheduler's task given one
+thread (:func:`~zarrx.concurrency.call_io_depth` 1) every part is read so, by its decoding thread.
 
 Each part is read from the file the shard's index was read from, so index and inner chunks
 are one version of the shard whoever renames another over it.
@@ -22,6 +22,7 @@ are one version of the shard whoever renames another over it.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future
 from typing import NamedTuple
@@ -36,8 +37,15 @@ __all__ = ["SpanReads", "SpanPart", "SpanPiece", "HELD_BYTES_PER_THREAD"]
 
 #: bytes of parts a read holds at once per decoding thread
 HELD_BYTES_PER_THREAD = 16 * 2**20
-#: part buffers are allocated in multiples of this, and reused for the next parts
+#: part buffers are allocated in multiples of this (so the next parts, of about the same size,
+#: fit in them) ...
 BUFFER_STEP = 256 * 1024
+#: ... and up to this many bytes of them are kept, process-wide, for the next parts of any read
+#: (a fresh buffer costs a page fault per 4 KiB: 32k reading 1 GiB of 32 MiB shards one by one)
+KEPT_BUFFER_BYTES = 32 * 2**20
+
+_kept: list[np.ndarray] = []
+_kept_lock = threading.Lock()
 
 
 class SpanPart:
@@ -91,7 +99,6 @@ class SpanReads:
         #: the most bytes of parts held at once (at most ``budget`` or one part, plus a part per
         #: thread reading one out of turn)
         self.most_held = 0
-        self.spare: list[np.ndarray] = []
         self.lock = threading.Lock()
 
     def part(self, value: RangeReader, start: int, end: int, pieces: int) -> SpanPart:
@@ -138,8 +145,8 @@ class SpanReads:
             if part.left:
                 return
             self.held -= part.end - part.start
-            if part.buffer is not None and len(self.spare) < 4:
-                self.spare.append(part.buffer)
+            if part.buffer is not None:
+                _keep(part.buffer)
             part.buffer = part.value = None  # type: ignore[assignment]
             if self.ahead:
                 self._fill()
@@ -153,7 +160,6 @@ class SpanReads:
         for future in started:
             if not future.cancel():
                 future.exception()  # waits; an error was raised to the thread that took it, if any
-        self.spare.clear()
 
     def _fill(self) -> None:
         """Start the next parts, in order, while they fit in ``budget`` (with the lock held)."""
@@ -169,10 +175,31 @@ class SpanReads:
 
     def _hold(self, part: SpanPart) -> None:
         nbytes = part.end - part.start
-        spare = next((position for position, buffer in enumerate(self.spare) if len(buffer) >= nbytes), None)
-        if spare is not None:
-            part.buffer = self.spare.pop(spare)
-        else:  # a size the next parts, of about the same size, fit in (a fresh buffer costs page faults)
-            part.buffer = np.empty(-(-nbytes // BUFFER_STEP) * BUFFER_STEP, dtype=np.uint8)
+        part.buffer = _buffer(nbytes)
         self.held += nbytes
         self.most_held = max(self.most_held, self.held)
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """A buffer of ``nbytes`` or more: a kept one, else a new one."""
+    with _kept_lock:
+        for position, buffer in enumerate(_kept):
+            if len(buffer) >= nbytes:
+                return _kept.pop(position)
+    return np.empty(-(-nbytes // BUFFER_STEP) * BUFFER_STEP, dtype=np.uint8)
+
+
+def _keep(buffer: np.ndarray) -> None:
+    """Keep ``buffer`` for the next parts (within :data:`KEPT_BUFFER_BYTES`), else let it go."""
+    with _kept_lock:
+        if sum(map(len, _kept)) + len(buffer) <= KEPT_BUFFER_BYTES:
+            _kept.append(buffer)
+
+
+def _forget_kept_after_fork() -> None:
+    global _kept_lock
+    _kept_lock = threading.Lock()  # (it may have been held at the fork; the buffers stay valid)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_forget_kept_after_fork)
