@@ -24,7 +24,7 @@ from zarrx.storage import LocalStore
 from tests.test_opened_shards import CountingReaders, CutAfterIndex, Remote, Watched
 
 #: inner chunks of 16 KiB, shards of 384 KiB (read in 2 parts; the edge shards along the first
-#: axis, half as deep, inner chunk by inner chunk)
+#: axis, half as deep, in 1)
 SHAPE, CHUNKS, SHARDS = (40, 120, 192), (4, 32, 32), (16, 64, 96)
 SELECTIONS = [
     np.s_[...],  # whole shards and the edge shards, cut by the array's end
@@ -35,6 +35,14 @@ SELECTIONS = [
     np.s_[:, 40, 7:70],
     np.s_[::3, 1:99:7, 4],
 ]
+
+
+@pytest.fixture(autouse=True)
+def _small_reads_in_parts(monkeypatch):
+    """These MiB reads go in parts too (by default only reads of 8 MiB decoded or more do), of
+    128 KiB or more (by default 256 KiB): 2 parts per shard, 1 per edge shard."""
+    monkeypatch.setattr(zarrx.io.shards, "MIN_READ_IN_PARTS", 0)
+    monkeypatch.setattr(zarrx.io.shards, "MIN_SPAN_BYTES", 2**17)
 
 
 def _data(shape=SHAPE):
@@ -69,7 +77,7 @@ def test_reads_in_parts_equal_the_data_and_the_inner_chunk_path(tmp_path, monkey
         monkeypatch.setattr(zarrx.io.shards, "PLAN_AHEAD_PIECES", plan_ahead)
     _sharded(tmp_path)
     chunks, reads = _part_reads(tmp_path)
-    assert chunks == 10 * 4 * 6 and reads == 8 * 2 + 4 * 12  # the edge shards' inner chunks one by one
+    assert chunks == 10 * 4 * 6 and reads == 8 * 2 + 4
     array = zarrx.open_array(str(tmp_path))
     in_parts = array[selection]
     np.testing.assert_array_equal(in_parts, _data()[selection])
@@ -77,6 +85,17 @@ def test_reads_in_parts_equal_the_data_and_the_inner_chunk_path(tmp_path, monkey
     _inner_chunk_path(monkeypatch)
     assert _part_reads(tmp_path)[1] == chunks  # (that path reads them one by one)
     np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[selection], in_parts)
+
+
+def test_only_reads_of_8_mib_decoded_or_more_go_in_parts(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    _sharded(tmp_path)
+    array = zarrx.open_array(str(tmp_path))
+    small = array.explain(np.s_[...])  # 7.5 MiB
+    assert all(len(request.chunks) == 1 for request in small.requests if request.kind == "inner chunks")
+    _sharded(tmp_path / "large", _data((48, 240, 192)))  # 8.4 MiB
+    large = zarrx.open_array(str(tmp_path / "large")).explain(np.s_[...])
+    assert sum(len(request.chunks) > 1 for request in large.requests) == 3 * 4 * 2  # a part per shard
 
 
 def test_empty_inner_chunks_and_absent_shards_read_as_the_fill_value(tmp_path, monkeypatch):
@@ -87,7 +106,7 @@ def test_empty_inner_chunks_and_absent_shards_read_as_the_fill_value(tmp_path, m
     os.remove(tmp_path / "c" / "1" / "0" / "1")  # a shard gone: all fill value
     data[16:32, 0:64, 96:192] = -1
     chunks, reads = _part_reads(tmp_path)
-    assert chunks == 240 - 2 - 6 - 24 and reads == 7 * 2 + 4 * 12  # the edge shards' one by one
+    assert chunks == 240 - 2 - 6 - 24 and reads == 7 * 2 + 4
     for selection in SELECTIONS:
         np.testing.assert_array_equal(array[selection], data[selection])
     _inner_chunk_path(monkeypatch)

@@ -11,9 +11,10 @@ Two ways, by what the store can do:
   (gaps up to :data:`~zarrx.io.byte_ranges.DEFAULT_MAX_GAP`) go in **parts** of up to
   :data:`~zarrx.storage.local.IO_RANGE_BYTES` read ahead on the I/O pool, a bounded number at
   a time, and decoded from memory (:mod:`zarrx.io.spans`): many reads in flight on cold
-  storage. A shard wanting less than :data:`MIN_SPAN_BYTES` of them, and arrays whose inner
-  chunks are stored as they are in memory (read straight into the output), read each inner
-  chunk on the thread decoding it (a :class:`~zarrx.io.decode.StoredRange`).
+  storage. A read of less than :data:`MIN_READ_IN_PARTS` decoded, a shard wanting less than
+  :data:`MIN_SPAN_BYTES`, and arrays whose inner chunks are stored as they are in memory (read
+  straight into the output) read each inner chunk on the thread decoding it (a
+  :class:`~zarrx.io.decode.StoredRange`).
 * **Batched requests** (every other store). Two batched ``get_ranges`` calls per batch of
   shards: the whole object when every inner chunk of it is wanted, else just its index; then
   the merged byte ranges of the wanted, non-empty inner chunks (:func:`zarrx.io.plan.inner_reads`)
@@ -37,13 +38,13 @@ from zarrx.io.byte_ranges import coalesce
 from zarrx.io.decode import ChunkDecoder, Item, StoredRange
 from zarrx.io.fetch import INNER_CHUNKS, SHARD, SHARD_INDEX, Fetcher, Request
 from zarrx.io.handle import ArrayHandle
-from zarrx.io.plan import ObjectPlan, ShardRows, batches, inner_reads, plan_objects, shard_table, split_batches, table_rows
+from zarrx.io.plan import ObjectPlan, ShardRows, batches, decoded_nbytes, inner_reads, plan_objects, shard_table, split_batches, table_rows
 from zarrx.io.selection import ChunkProjection
 from zarrx.io.spans import SpanPiece, SpanReads
 from zarrx.storage.local import IO_RANGE_BYTES
 from zarrx.storage.store import OffsetByteRequest, RangeByteRequest, RangeReader
 
-__all__ = ["read_shards", "OPEN_SHARD_PIECES", "MIN_SPAN_BYTES"]
+__all__ = ["read_shards", "OPEN_SHARD_PIECES", "MIN_SPAN_BYTES", "MIN_READ_IN_PARTS"]
 
 #: inner chunks an opened-shards batch plans at once; a shard counts as 64 at least, so a batch
 #: keeps at most 256 shards open
@@ -52,10 +53,16 @@ OPEN_SHARD_PIECES = 16384
 #: a shard's wanted inner chunks are read in parts ahead of the decoders from this many bytes
 #: (fewer: each read by the thread decoding it, no hand-off to the I/O pool)
 MIN_SPAN_BYTES = 256 * 1024
+#: reads of fewer decoded bytes read no parts: each inner chunk read by its decoding thread has
+#: no hand-off to wait for (warm: 86-91 ms instead of 79 ms for benchmarks/bench_suite.py's case d,
+#: 30 regions of 2 MiB, when their inner chunks went in parts)
+MIN_READ_IN_PARTS = 8 * 2**20
 #: a shard's wanted inner chunks are read in at least this many parts (each of MIN_SPAN_BYTES or more)
 PARTS_PER_SHARD = 4
 #: inner chunks a decoding thread takes at once, in order, when they are read in parts
 IN_ORDER_RUN = 32
+#: shards from this many on have their indexes read on the I/O pool, many in flight
+PARALLEL_INDEXES = 8
 #: inner chunks planned at once (see _read_opened)
 PLAN_AHEAD_PIECES = 2048
 
@@ -81,8 +88,11 @@ def read_shards(handle: ArrayHandle, projections: Iterable[ChunkProjection], out
         table = shard_table(handle, projections)
         shards = _table_shards(table) if table is not None else map(
             lambda plan: _plan_shard(plan, decoder), plan_objects(handle, projections))
-        in_parts = not decoder.read_into_out
+        inner_bytes = decoded_nbytes(handle.inner_spec)
         for part in split_batches(shards, lambda shard: max(shard[4], 64), OPEN_SHARD_PIECES):
+            # in parts: a large read of inner chunks not stored as they are in memory (those are
+            # read straight into the output)
+            in_parts = not decoder.read_into_out and sum(shard[4] for shard in part) * inner_bytes >= MIN_READ_IN_PARTS
             with fetcher.value_readers() as open_value:
                 _read_opened(handle, part, fetcher, open_value, decoder, in_parts)
         return
@@ -155,9 +165,10 @@ def _opened_shard_items(
             index_ranges[spec.shape] = codec.index_range(spec)
     requests = [(shard[0], index_ranges[spec.shape], SHARD_INDEX, ()) for shard, spec in zip(part, specs)]
     read_index = functools.partial(fetcher.shard_index, open_value)
-    # each shard opened and its index read on the I/O pool (many small reads in flight on cold
-    # storage), but in a dry run, which records them in order
-    indexes = map(read_index, requests) if fetcher.dry else map_io(read_index, requests)
+    # many shards opened and their indexes read on the I/O pool (many small reads in flight on
+    # cold storage), but not in a dry run, which records them in order
+    parallel = len(requests) >= PARALLEL_INDEXES and not fetcher.dry
+    indexes = map_io(read_index, requests) if parallel else map(read_index, requests)
     items: list[Item] = []
     for (key, coords, where, rows, _), spec, (value, raw) in zip(part, specs, indexes):
         if value is None or raw is None:  # absent: all fill value (or a dry run reading no index)
@@ -193,10 +204,11 @@ def _parts(entries: np.ndarray, located: list[list[int]]) -> list[tuple[int, int
     fewer than :data:`MIN_SPAN_BYTES` together.
 
     Neighbours (gaps up to :data:`~zarrx.io.byte_ranges.DEFAULT_MAX_GAP`) are merged, and each
-    merged range cut between inner chunks into parts of about the same size: at most
-    :data:`IO_RANGE_BYTES`, and at least :data:`PARTS_PER_SHARD` of them where each still holds
-    :data:`MIN_SPAN_BYTES` -- the first part of a shard is decoded while the next are read. A
-    range of one inner chunk of less than :data:`MIN_SPAN_BYTES` is no part.
+    merged range cut between inner chunks into parts of about the same size, a target of
+    :data:`IO_RANGE_BYTES` at most -- less for :data:`PARTS_PER_SHARD` parts of a shard, while
+    each holds :data:`MIN_SPAN_BYTES`: the first part of a shard is decoded while the next are
+    read. A merged range of less than :data:`MIN_SPAN_BYTES` is no part (its inner chunks are
+    read by the threads decoding them).
     """
     present = ~((entries[:, 0] == _EMPTY) & (entries[:, 1] == _EMPTY))
     wanted = int(entries[present, 1].sum())
@@ -206,9 +218,9 @@ def _parts(entries: np.ndarray, located: list[list[int]]) -> list[tuple[int, int
     positions = np.flatnonzero(present).tolist()
     parts = []
     for run in coalesce([(located[p][0], located[p][0] + located[p][1]) for p in positions]):
-        if len(run.members) == 1 and run.end - run.start < MIN_SPAN_BYTES:
+        if run.end - run.start < MIN_SPAN_BYTES:  # (a few inner chunks: read by their decoding threads)
             continue
-        count = -(-(run.end - run.start) // target)  # parts of this run, cut at the inner chunk
+        count = max(1, (run.end - run.start) // target)  # parts of this run, cut at the inner chunk
         members, first = run.members, 0              # ending nearest each multiple of its size
         for cut in range(1, count + 1):
             last = len(members) if cut == count else first + 1 + int(np.searchsorted(
