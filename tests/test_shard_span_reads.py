@@ -4,6 +4,7 @@ decoded from memory; the values are those of reading each inner chunk on its own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -114,18 +115,20 @@ def test_empty_inner_chunks_and_absent_shards_read_as_the_fill_value(tmp_path, m
 
 
 @pytest.mark.parametrize("where", ["one thread", "no I/O pool", "a task of one thread"])
-def test_parts_read_by_the_decoding_threads_themselves(tmp_path, monkeypatch, where):
+def test_reads_on_one_thread_or_without_the_io_pool(tmp_path, monkeypatch, where):
+    """One thread: parts read ahead, decoded on the calling thread. No I/O pool (``ZARRX_IO_DEPTH=1``,
+    or a dask task given one thread): no parts, each inner chunk read by its decoding thread
+    (the kernel's read-ahead then overlaps reading and decoding)."""
     _sharded(tmp_path)
     array = zarrx.open_array(str(tmp_path))
     if where == "one thread":
         monkeypatch.setenv("ZARRX_NUM_THREADS", "1")
     elif where == "no I/O pool":
         monkeypatch.setenv("ZARRX_IO_DEPTH", "1")
-    if where == "a task of one thread":
-        with task_threads(1):
-            values = array[3:37, 10:90, 5:80]
-    else:
+    with task_threads(1) if where == "a task of one thread" else contextlib.nullcontext():
+        in_parts = any(len(request.chunks) > 1 for request in array.explain(np.s_[3:37, 10:90, 5:80]).requests)
         values = array[3:37, 10:90, 5:80]
+    assert in_parts == (where == "one thread")
     np.testing.assert_array_equal(values, _data()[3:37, 10:90, 5:80])
 
 
