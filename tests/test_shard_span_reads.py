@@ -270,3 +270,23 @@ def test_sharded_reads_from_many_threads_at_once_are_each_right(tmp_path):
         values = list(pool.map(lambda region: array[region], regions))
     for region, found in zip(regions, values):
         np.testing.assert_array_equal(found, _data()[region])
+
+
+def test_a_call_nested_in_a_working_callers_call_works_too(monkeypatch):
+    monkeypatch.setenv("ZARRX_NUM_THREADS", "2")
+    caller = threading.current_thread()
+    ran_here = []
+
+    def inner(item):
+        if threading.current_thread() is caller:
+            ran_here.append(item)
+        time.sleep(0.001)
+        return item
+
+    def outer(item):
+        if threading.current_thread() is caller and not ran_here:  # the caller's first group: nest
+            assert map_concurrent(inner, range(40), caller_works=True) == list(range(40))
+        return item
+
+    assert map_concurrent(outer, range(8), caller_works=True) == list(range(8))
+    assert ran_here  # the nested call's caller worked beside the pool, not waiting for it

@@ -88,6 +88,8 @@ _io_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 #: calls of map_concurrent whose calling thread works beside the pool (at most one at a time)
 _working_callers = 0
+#: how deep this thread is in calls of map_concurrent it works beside the pool in
+_working = threading.local()
 _callers_lock = threading.Lock()
 #: the thread budget of the task running on each thread (``limit``; absent outside a task)
 _task = threading.local()
@@ -227,9 +229,10 @@ def _forget_pool_after_fork() -> None:
     # The child inherits the pool object but none of its threads; tasks queued on
     # it would wait forever. The lock may have been held at the fork, too. Scratch
     # buffers start again from none (those of the parent's other threads are gone).
-    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare, _working_callers, _callers_lock
+    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
+    global _working_callers, _callers_lock, _working
     _pool = _io_pool = None
-    _pool_lock, _working_callers, _callers_lock = threading.Lock(), 0, threading.Lock()
+    _pool_lock, _working_callers, _callers_lock, _working = threading.Lock(), 0, threading.Lock(), threading.local()
     _scratch, _spare = threading.local(), []
     _kept, _kept_lock, _generation = 0, threading.RLock(), _generation + 1
 
@@ -287,21 +290,28 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
 
 
 def _start_working_caller() -> bool:
-    """Whether a caller of :func:`map_concurrent` may work beside the pool: no other one does.
-    Calls from several threads at once (each reading a region) would otherwise run a thread per
-    caller beside the pool's, more threads than cores contending for them."""
+    """Whether a caller of :func:`map_concurrent` may work beside the pool: no other thread's call
+    does (this thread's own, around a nested call, does not count). Calls from several threads at
+    once (each reading a region) would otherwise run a thread per caller beside the pool's, more
+    threads than cores contending for them."""
     global _working_callers
+    if getattr(_working, "depth", 0):  # a call nested in this thread's working call
+        _working.depth += 1
+        return True
     with _callers_lock:
         if _working_callers:
             return False
         _working_callers += 1
-        return True
+    _working.depth = 1
+    return True
 
 
 def _stop_working_caller() -> None:
     global _working_callers
-    with _callers_lock:
-        _working_callers -= 1
+    _working.depth -= 1
+    if not _working.depth:
+        with _callers_lock:
+            _working_callers -= 1
 
 
 def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
