@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx import concurrency
+from zarrx import concurrency, scratch
 from zarrx.concurrency import THREAD_NAME, call_threads, map_concurrent, task_threads, threads_per_task
 from zarrx.errors import UsageError
 
@@ -44,10 +44,10 @@ def zarrx_threads():
     return sorted(t.name for t in threading.enumerate() if t.name.startswith(concurrency.THREAD_NAME))
 
 def scratch_traced():
-    # live NumPy buffers allocated by zarrx/concurrency.py: the scratch buffers, measured outside zarrx
+    # live NumPy buffers allocated by zarrx/scratch.py: the scratch buffers, measured outside zarrx
     gc.collect()
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)])
-    snapshot = snapshot.filter_traces([tracemalloc.Filter(True, concurrency.__file__)])
+    snapshot = snapshot.filter_traces([tracemalloc.Filter(True, scratch.__file__)])
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
 folder, case = sys.argv[1], sys.argv[2]
@@ -71,7 +71,7 @@ concurrency._pool = None
 big, small = zarrx.open_array(LocalStore(folder + "/big.zarr")), zarrx.open_array(LocalStore(folder + "/small.zarr"))
 facts["after_reset"] = zarrx_threads()
 concurrency.release_scratch()  # the main thread's, from the writes above (the pool's went with its threads)
-concurrency._spare.clear()  # ... and freed: a fresh process
+scratch._spare.clear()  # ... and freed: a fresh process
 gc.collect()
 facts["kept_after_reset"] = concurrency.kept_scratch_bytes()
 tracemalloc.start()

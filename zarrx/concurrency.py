@@ -4,13 +4,15 @@ Reading files, NumPy copies and the compressors numcodecs wraps (zstd, blosc,
 zlib) release the GIL, so a selection spanning many chunks runs on every core.
 Work is handed out in a few groups per worker rather than one future per item
 (a future costs ~50 µs of locking, more than decoding a tiny chunk); the
-calling thread may take groups too instead of waiting (``caller_works``).
+calling thread may take groups too instead of waiting (``caller_works``) -- one calling
+thread at a time: calls from many threads at once (each reading its region) leave the others
+to the pool, so no more threads than the pool's plus one decode on the cores.
 Small batches run inline, and so do calls made from the pool's own threads
 (waiting on the pool from inside it could deadlock). The pool is created on
 first use and forgotten in a forked child, whose copy has no threads.
 
-Pool tasks decode into :func:`scratch_array`, a buffer each thread keeps; what all threads
-keep together is bounded per process (:data:`SCRATCH_BUDGET_BYTES`), and a larger buffer is
+Pool tasks decode into :func:`zarrx.scratch.scratch_array`, a buffer each thread keeps; what all threads
+keep together is bounded per process (:data:`zarrx.scratch.SCRATCH_BUDGET_BYTES`), and a larger buffer is
 freed after use.
 
 ``ZARRX_NUM_THREADS`` sets the number of workers (default: the CPU count, at
@@ -42,36 +44,25 @@ import collections
 import contextlib
 import functools
 import itertools
-import math
 import os
 import threading
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-import numpy as np
-
 from zarrx.errors import UsageError
+from zarrx.scratch import (  # re-exported: the buffers pool tasks decode into
+    SCRATCH_BUDGET_BYTES, kept_scratch_bytes, release_scratch, scratch_array, scratch_bytes,
+)
 
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
-    "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch",
-    "io_depth", "call_io_depth", "map_io", "writes_behind",
+    "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch", "SCRATCH_BUDGET_BYTES",
+    "io_depth", "call_io_depth", "map_io", "writes_behind", "start_io",
 ]  # fmt: skip
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
-_scratch = threading.local()
-#: scratch buffers up to this size stay with their thread between calls...
-#: (32 MiB: a 256**3 chunk of 2-byte values; a fresh buffer per chunk costs an mmap and an munmap,
-#: which stalls the page faults of every thread of the process: with 16 reads in flight, 1 GiB
-#: of such chunks took 1.3-4.1 s through fresh buffers, 1.0-2.1 s into kept ones)
-MAX_KEPT_SCRATCH_BYTES = 32 * 2**20
-#: ... as long as all the threads of the process keep no more than this together
-#: (``ZARRX_SCRATCH_BUDGET_BYTES``): a buffer past it is freed after use
-SCRATCH_BUDGET_BYTES = int(os.environ.get("ZARRX_SCRATCH_BUDGET_BYTES", "0") or 0) or 64 * 2**20
 #: the dask config key of the threads a call inside a task may use, and its value when unset
 THREADS_PER_TASK_KEY = "zarrx.threads-per-task"
 DEFAULT_THREADS_PER_TASK = 1
@@ -87,15 +78,13 @@ MAX_IO_DEPTH = 256
 _pool: ThreadPoolExecutor | None = None
 _io_pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+#: calls of map_concurrent whose calling thread works beside the pool (at most one at a time)
+_working_callers = 0
+#: how deep this thread is in calls of map_concurrent it works beside the pool in
+_working = threading.local()
+_callers_lock = threading.Lock()
 #: the thread budget of the task running on each thread (``limit``; absent outside a task)
 _task = threading.local()
-#: bytes of scratch buffers kept by all threads, and the fork generation the count belongs to
-_kept = 0
-_kept_lock = threading.RLock()  # re-entrant: a buffer's finalizer may run wherever it is freed
-_generation = 0
-#: the scratch buffers of tasks that ended (:func:`release_scratch`), for the next task on any thread
-_spare: list[np.ndarray] = []
-_SLOTS = ("buffer", "stored")
 
 
 def pool_size() -> int:
@@ -232,6 +221,19 @@ def writes_behind(held_bytes: int, depth: int) -> Iterator[Callable[[Callable[[]
     if errors:
         raise errors[0]
 
+def start_io(function: Callable[..., R], *args: Any) -> "Future[R]":
+    """Run ``function(*args)`` on an I/O pool thread while the caller goes on: a read ahead of the
+    threads that will decode it (only where :func:`call_io_depth` is 2 or more; the caller waits
+    for, or cancels, what it started before closing what the read uses).
+
+    Examples
+    --------
+    >>> start_io(abs, -3).result()
+    3
+    """
+    return _get_io_pool().submit(function, *args)
+
+
 def _drain_together(pool: ThreadPoolExecutor, drain: Callable[[], None], helpers: int, *, caller_works: bool) -> None:
     """Run ``drain`` on ``helpers`` threads of ``pool`` (and on the calling thread when
     ``caller_works``) until each returns; then raise the first error any of them raised."""
@@ -271,35 +273,38 @@ def _get_pool() -> ThreadPoolExecutor:
 
 def _forget_pool_after_fork() -> None:
     # The child inherits the pool object but none of its threads; tasks queued on
-    # it would wait forever. The lock may have been held at the fork, too. Scratch
-    # buffers start again from none (those of the parent's other threads are gone).
-    global _pool, _io_pool, _pool_lock, _scratch, _kept, _kept_lock, _generation, _spare
+    # it would wait forever. The lock may have been held at the fork, too.
+    global _pool, _io_pool, _pool_lock
+    global _working_callers, _callers_lock, _working
     _pool = _io_pool = None
-    _pool_lock = threading.Lock()
-    _scratch, _spare = threading.local(), []
-    _kept, _kept_lock, _generation = 0, threading.RLock(), _generation + 1
+    _pool_lock, _working_callers, _callers_lock, _working = threading.Lock(), 0, threading.Lock(), threading.local()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
+def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_works: bool = False,
+                   in_order: bool = False) -> list[R]:  # fmt: skip
     """``[function(item) for item in items]``, on the pool when the batch is big enough.
 
     The items go in groups to the pool threads, each taking the next group as it finishes one.
     With ``caller_works`` the calling thread takes groups too, beside ``pool_size() - 1`` pool
     threads, instead of waiting: the same thread budget without the hand-off to an idle pool
     thread. (Callers leave it off when their work spawns threads of its own on the main
-    thread, as c-blosc does under numcodecs.) The first error stops the others from taking new
-    groups and is raised. At most :func:`call_threads` threads work on the batch.
+    thread, as c-blosc does under numcodecs; and while another call's thread works beside the
+    pool, so calls from many threads at once do not run more threads than the pool's plus one
+    on the cores.) The first error stops the others from taking new
+    groups and is raised. At most :func:`call_threads` threads work on the batch. ``in_order``:
+    one item per group, so the items are taken one by one in their order (items whose inputs are
+    read ahead in that order).
     """
     items = items if isinstance(items, (list, tuple)) else list(items)
     workers = call_threads()
     if len(items) < MIN_CONCURRENT_ITEMS or workers == 1:
         return [function(item) for item in items]
     count = len(items)
-    group_size = -(-count // (workers * GROUPS_PER_WORKER))
+    group_size = 1 if in_order else -(-count // (workers * GROUPS_PER_WORKER))
     groups = -(-count // group_size)
     results: list[Any] = [None] * count
     next_group = itertools.count()  # next() on it is atomic: each group is taken once
@@ -317,8 +322,39 @@ def map_concurrent(function: Callable[[T], R], items: Sequence[T], *, caller_wor
             failed.set()
             raise
 
-    _drain_together(_get_pool(), drain, min(workers - 1 if caller_works else workers, groups), caller_works=caller_works)
+    if caller_works and not _start_working_caller():
+        caller_works = False  # another call already works beside the pool: leave the cores to it
+    try:
+        _drain_together(_get_pool(), drain, min(workers - 1 if caller_works else workers, groups), caller_works=caller_works)
+    finally:
+        if caller_works:
+            _stop_working_caller()
     return results
+
+
+def _start_working_caller() -> bool:
+    """Whether a caller of :func:`map_concurrent` may work beside the pool: no other thread's call
+    does (this thread's own, around a nested call, does not count). Calls from several threads at
+    once (each reading a region) would otherwise run a thread per caller beside the pool's, more
+    threads than cores contending for them."""
+    global _working_callers
+    if getattr(_working, "depth", 0):  # a call nested in this thread's working call
+        _working.depth += 1
+        return True
+    with _callers_lock:
+        if _working_callers:
+            return False
+        _working_callers += 1
+    _working.depth = 1
+    return True
+
+
+def _stop_working_caller() -> None:
+    global _working_callers
+    _working.depth -= 1
+    if not _working.depth:
+        with _callers_lock:
+            _working_callers -= 1
 
 
 def map_runs(function: Callable[[Sequence[T]], R], items: Sequence[T], *, caller_works: bool = False) -> list[R]:
@@ -354,7 +390,7 @@ def task_threads(limit: int | None = None) -> Iterator[int]:
     Every zarrx call the block makes on this thread uses at most ``limit`` threads, its own
     included (by default :func:`threads_per_task`; 1 runs it all on this thread, the pool is not
     used), and at the end of the outermost block the thread gives its scratch buffers back to
-    the process (:func:`release_scratch`). A nested block may lower the limit, never raise it. Yields the limit in force.
+    the process (:func:`zarrx.scratch.release_scratch`). A nested block may lower the limit, never raise it. Yields the limit in force.
 
     Examples
     --------
@@ -408,92 +444,3 @@ def start_beside(function: Callable[[], R]) -> "Future[R]":
     only when :func:`call_threads` is 2 or more (never from a pool thread: it could wait for
     itself; never in a task given one thread)."""
     return _get_pool().submit(function)
-
-
-def scratch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A C-contiguous array of ``shape`` and ``dtype`` over this thread's scratch buffer.
-
-    Its contents are undefined and the next call on the same thread reuses them: use it for one
-    chunk at a time. Reusing one buffer per thread instead of a fresh array per chunk avoids the
-    first-touch page faults of fresh memory (70k a 256 MiB read on the benchmark machine).
-    """
-    return _kept_bytes("buffer", math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
-
-
-def scratch_bytes(nbytes: int) -> memoryview:
-    """``nbytes`` writeable bytes of this thread's second scratch buffer, beside
-    :func:`scratch_array`'s (stored bytes read before they are decoded into that one); the next
-    call on the same thread reuses them, as there."""
-    return memoryview(_kept_bytes("stored", nbytes))
-
-
-def kept_scratch_bytes() -> int:
-    """The bytes of scratch buffers this process keeps between calls, held by threads or given
-    back by tasks that ended (at most :data:`SCRATCH_BUDGET_BYTES`)."""
-    return _kept
-
-
-def release_scratch() -> None:
-    """Give this thread's scratch buffers back to the process: the end of :func:`task_threads`.
-
-    The thread keeps none; the next task, on any thread, takes them warm, and the oldest are
-    freed when a new buffer would not fit in the budget. (Freeing them outright would cost each
-    task fresh memory: 46k page faults, +40% on ``from_zarr(a).sum()`` of 2 MiB chunks.)"""
-    given = [getattr(_scratch, slot) for slot in _SLOTS if hasattr(_scratch, slot)]
-    if not given:
-        return
-    for slot in _SLOTS:
-        if hasattr(_scratch, slot):
-            delattr(_scratch, slot)
-    with _kept_lock:
-        _spare.extend(given)
-
-
-def _kept_bytes(slot: str, nbytes: int) -> np.ndarray:
-    """``nbytes`` uninitialised bytes of this thread's buffer ``slot``, grown when too small and
-    kept for the next call up to MAX_KEPT_SCRATCH_BYTES, while the kept total stays in the budget."""
-    buffer = getattr(_scratch, slot, None)
-    if buffer is not None and buffer.nbytes >= nbytes:
-        return buffer[:nbytes]
-    if buffer is not None:
-        delattr(_scratch, slot)
-        del buffer  # counted until freed: an array over it may still be in use
-    if nbytes > MAX_KEPT_SCRATCH_BYTES:
-        return np.empty(nbytes, dtype=np.uint8)
-    buffer = _take_spare(nbytes) if _spare else None
-    if buffer is None:
-        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        if not _reserve(buffer.nbytes):
-            return buffer[:nbytes]
-        weakref.finalize(buffer, _unreserve, buffer.nbytes, _generation)
-    setattr(_scratch, slot, buffer)
-    return buffer[:nbytes]
-
-
-def _take_spare(nbytes: int) -> np.ndarray | None:
-    """The smallest buffer given back by an ended task that holds ``nbytes``, taken; or None."""
-    with _kept_lock:
-        fitting = [position for position, spare in enumerate(_spare) if spare.nbytes >= nbytes]
-        if not fitting:
-            return None
-        return _spare.pop(min(fitting, key=lambda position: _spare[position].nbytes))
-
-
-def _reserve(nbytes: int) -> bool:
-    """Count ``nbytes`` more kept, freeing given-back buffers (oldest first) to make room; False
-    when they would not fit even so."""
-    global _kept
-    with _kept_lock:
-        while _kept + nbytes > SCRATCH_BUDGET_BYTES and _spare:
-            del _spare[0]  # freed now; its finalizer uncounts it
-        if _kept + nbytes > SCRATCH_BUDGET_BYTES:
-            return False
-        _kept += nbytes
-        return True
-
-
-def _unreserve(nbytes: int, generation: int) -> None:
-    global _kept
-    with _kept_lock:
-        if generation == _generation:  # not a buffer of the parent, freed in a forked child
-            _kept -= nbytes

@@ -23,6 +23,7 @@ from zarrx.concurrency import map_concurrent, map_runs, scratch_array, scratch_b
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
+from zarrx.io.spans import SpanPiece
 from zarrx.storage.store import RangeReader
 
 __all__ = [
@@ -31,8 +32,9 @@ __all__ = [
 
 T = TypeVar("T")
 #: a chunk to put in place: its bytes (None: the fill value; a :class:`StoredRange`: still in its
-#: open shard), key, where it goes, what part of it goes there (None: all of it, the output piece's
-#: own shape) and its coordinates
+#: open shard; a :class:`~zarrx.io.spans.SpanPiece`: in a part of its shard read ahead), key,
+#: where it goes, what part of it goes there (None: all of it, the output piece's own shape) and
+#: its coordinates
 Item = tuple[Any, str, tuple[Any, ...], "tuple[Any, ...] | None", tuple[int, ...]]
 
 
@@ -223,8 +225,21 @@ class ChunkDecoder:
             scratch = scratch_array(spec.shape, spec.dtype)
             scratch_view = scratch.reshape(-1).view(np.uint8)
         read_into_out, nbytes = self.read_into_out, spec.nbytes
+        part = view = None  # the part of a shard read ahead the last pieces were in, its bytes
+        taken = 0  # pieces of it decoded here
         for raw, key, out_selection, chunk_selection, coords in items:
-            if type(raw) is StoredRange:
+            if type(raw) is SpanPiece:
+                if raw.part is not part:
+                    if part is not None:
+                        part.reads.done(part, taken)
+                    part, taken = raw.part, 0
+                    view = part.reads.wait(part)
+                taken += 1
+                start, end = raw.start - part.start, raw.end - part.start
+                if end > len(view):
+                    raise part.reads.cut_short(raw, key, coords, len(view))
+                raw = view[start:end]
+            elif type(raw) is StoredRange:
                 if read_into_out and chunk_selection is None and raw.end - raw.start == nbytes:
                     target = out[(*out_selection, Ellipsis)]
                     if target.flags.c_contiguous:  # the chunk's bytes are its piece of the output
@@ -246,13 +261,19 @@ class ChunkDecoder:
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
             # chunks of 2 MiB, 25% of the read's time)
             raw = decoded = chunk = None
+        if part is not None:
+            part.reads.done(part, taken)
 
-    def run_items(self, items: list[Item]) -> None:
-        """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here."""
+    def run_items(self, items: list[Item], in_order: int | None = None) -> None:
+        """:meth:`put_many` over ``items`` in a few runs on the pool (when worth it), else here;
+        ``in_order``: in runs of that many items taken in their order (items read ahead in order)."""
         if not self.threaded:
             self.put_many(items)
-            return
-        map_runs(self.put_many, items, caller_works=caller_can_work(self.pipeline))
+        elif in_order:
+            runs = [items[start : start + in_order] for start in range(0, len(items), in_order)]
+            map_concurrent(self.put_many, runs, caller_works=caller_can_work(self.pipeline), in_order=True)
+        else:
+            map_runs(self.put_many, items, caller_works=caller_can_work(self.pipeline))
 
 
 def _put_side_by_side(out: np.ndarray, chunks: np.ndarray, lead: tuple[Any, ...] | None, stop: int) -> None:
