@@ -20,7 +20,7 @@ PACKAGE = Path(zarrx.__file__).parent
 
 #: the layers, bottom first: a module may import from its own layer and the ones below it
 LAYERS = [
-    ("zarrx.errors", "zarrx.sizes", "zarrx.concurrency", "zarrx.extension"),
+    ("zarrx.errors", "zarrx.sizes", "zarrx.scratch", "zarrx.concurrency", "zarrx.extension"),
     ("zarrx.storage", "zarrx.dtypes"),
     ("zarrx.codecs",),
     ("zarrx.metadata",),

@@ -17,6 +17,7 @@ import pytest
 import zarrx
 import zarrx.io.shards
 import zarrx.io.spans
+from zarrx import concurrency
 from zarrx.concurrency import map_concurrent, task_threads
 from zarrx.errors import ChunkDecodeError, StoreError
 from zarrx.io.spans import SpanPiece, SpanReads
@@ -237,6 +238,7 @@ def test_a_large_read_holds_a_bounded_part_of_its_compressed_bytes(tmp_path, mon
 # -- many callers ------------------------------------------------------------------------------------
 def test_calls_from_many_threads_at_once_leave_the_cores_to_the_pool(monkeypatch):
     monkeypatch.setenv("ZARRX_NUM_THREADS", "2")
+    monkeypatch.setattr(concurrency, "_pool", None)  # a pool of 2 made here, whatever earlier tests made
     lock, active, most = threading.Lock(), [0], [0]
 
     def work(item):
@@ -259,6 +261,7 @@ def test_calls_from_many_threads_at_once_leave_the_cores_to_the_pool(monkeypatch
         thread.start()
     for thread in callers:
         thread.join()
+    concurrency._get_pool().shutdown(wait=True)
     assert 2 <= most[0] <= 3  # the pool's 2 threads and one caller; not 6 callers beside them
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx import concurrency, scratch
+from zarrx import concurrency
 from zarrx.concurrency import THREAD_NAME, call_threads, map_concurrent, task_threads, threads_per_task
 from zarrx.errors import UsageError
 
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = r"""
 import gc, json, sys, threading, tracemalloc
 import dask, numpy as np, zarrx
-from zarrx import concurrency
+from zarrx import concurrency, scratch
 from zarrx.storage import LocalStore
 
 def zarrx_threads():
