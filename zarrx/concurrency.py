@@ -57,7 +57,7 @@ from zarrx.scratch import (  # re-exported: the buffers pool tasks decode into
 __all__ = [
     "map_concurrent", "map_runs", "pool_size", "scratch_array", "scratch_bytes", "start_beside", "in_pool",
     "call_threads", "task_threads", "threads_per_task", "kept_scratch_bytes", "release_scratch", "SCRATCH_BUDGET_BYTES",
-    "io_depth", "call_io_depth", "map_io", "writes_behind", "start_io",
+    "io_depth", "call_io_depth", "map_io", "writes_behind", "start_io", "count_setting",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -110,12 +110,18 @@ def io_depth() -> int:
     4
     >>> del os.environ["ZARRX_IO_DEPTH"]
     """
-    value = os.environ.get("ZARRX_IO_DEPTH", "").strip()
+    return min(MAX_IO_DEPTH, count_setting("ZARRX_IO_DEPTH", DEFAULT_IO_DEPTH, "requests in flight"))
+
+
+def count_setting(name: str, default: int, what: str) -> int:
+    """The whole number, 1 or more, of environment variable ``name`` (``default`` when unset or
+    empty); a :class:`~zarrx.errors.UsageError` naming it and ``what`` it counts otherwise."""
+    value = os.environ.get(name, "").strip()
     if not value:
-        return DEFAULT_IO_DEPTH
+        return default
     if not value.isdigit() or int(value) < 1:
-        raise UsageError(f"ZARRX_IO_DEPTH: expected a whole number of requests in flight, 1 or more; found {value!r}")
-    return min(MAX_IO_DEPTH, int(value))
+        raise UsageError(f"{name}: expected a whole number of {what}, 1 or more; found {value!r}")
+    return int(value)
 
 
 def call_io_depth() -> int:

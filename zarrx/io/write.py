@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from typing import Any, Iterable
 
 import numpy as np
@@ -40,8 +39,7 @@ from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.concurrency import call_threads, map_runs, scratch_array, writes_behind
-from zarrx.errors import UsageError
+from zarrx.concurrency import call_threads, count_setting, map_runs, scratch_array, writes_behind
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
@@ -75,12 +73,7 @@ def write_depth() -> int:
     >>> write_depth()
     1
     """
-    value = os.environ.get("ZARRX_WRITE_DEPTH", "").strip()
-    if not value:
-        return 1
-    if not value.isdigit() or int(value) < 1:
-        raise UsageError(f"ZARRX_WRITE_DEPTH: expected a whole number of writes in flight, 1 or more; found {value!r}")
-    return int(value)
+    return count_setting("ZARRX_WRITE_DEPTH", 1, "writes in flight")
 
 
 def write_selection(handle: ArrayHandle, selection: Any, value: Any) -> None:
