@@ -158,3 +158,19 @@ def test_an_attempt_given_up_while_waiting_its_turn_gives_its_slot_back():
 
     asyncio.run(connections())
     assert limiter.opening == 1
+
+
+def test_a_host_seen_keeping_connections_then_closing_them_gets_the_small_window():
+    # another server on the same host and port (a restart, a proxy's other configuration): what
+    # was learned of the first must not let a burst of connections at the second's backlog
+    limiter = HostLimiter("http://h:80", cap=64, connections=32)
+
+    async def connections() -> None:
+        await limiter.open_connection(1)
+        limiter.connection_answered(0.0005, holds_latency=False, keeps_alive=True)
+        assert limiter.connections == 32 and limiter._connections.regrow
+        await limiter.open_connection(1)
+        limiter.connection_answered(0.0005, holds_latency=False, keeps_alive=False)
+
+    asyncio.run(connections())
+    assert limiter.connections == INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE and not limiter._connections.regrow

@@ -172,7 +172,10 @@ def test_chains_of_selections_match_dask_and_numpy(data):
         else:
             assert type(our_error) is type(their_error), (index, our_error, their_error)
         if their_error is not None:
-            assert numpy_error is not None or not isinstance(their_error, IndexError), index
+            # dask raises IndexError only where NumPy does -- except for a list after a None on
+            # an array with an empty axis, which NumPy indexes and dask 2026.8 does not
+            # (np.zeros((1, 0, 1, 1, 4))[:, :, :, :, None, [0, 1]]); zarrx gave dask's error above
+            assert numpy_error is not None or not isinstance(their_error, IndexError) or 0 in expected.shape, index
             return
         assert numpy_error is None, index
         assert our_result.shape == their_result.shape == numpy_result.shape, index

@@ -402,12 +402,14 @@ class HostLimiter:
             known = self._connect_time
             self._connect_time = connect_seconds if known is None else 0.8 * known + 0.2 * min(connect_seconds, 4 * known)
         window = self._connections
-        if self.keeps_alive is None and not keeps_alive:
-            window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
-            # every request a new connection: where the backlog overflows depends on how fast
-            # the server accepts them, not on a level it keeps, so after a slow connect the
-            # window grows back by one per round trip (not at once to just below that level)
-            window.regrow = False
+        if keeps_alive != self.keeps_alive:  # first seen, or changed (another server on the port)
+            if not keeps_alive:
+                window.size = min(window.size, INITIAL_CONNECTIONS_WITHOUT_KEEP_ALIVE)
+            # without keep-alive every request is a new connection: where the backlog overflows
+            # depends on how fast the server accepts them, not on a level it keeps, so after a
+            # slow connect the window grows back by one per round trip (not at once to just
+            # below that level)
+            window.regrow = keeps_alive
         self.keeps_alive = keeps_alive
         window.release()
         if holds_latency:
