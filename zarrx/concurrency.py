@@ -227,6 +227,7 @@ def writes_behind(held_bytes: int, depth: int) -> Iterator[Callable[[Callable[[]
     if errors:
         raise errors[0]
 
+
 def start_io(function: Callable[..., R], *args: Any) -> "Future[R]":
     """Run ``function(*args)`` on an I/O pool thread while the caller goes on: a read ahead of the
     threads that will decode it (only where :func:`call_io_depth` is 2 or more; the caller waits

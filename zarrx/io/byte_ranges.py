@@ -25,9 +25,8 @@ class CoalescedRange:
     members: tuple[tuple[int, int, int], ...]
 
 
-def coalesce(ranges: Sequence[tuple[int, int]], max_gap: int = DEFAULT_MAX_GAP, max_size: int | None = None) -> list[CoalescedRange]:
-    """Merge ``[start, end)`` ranges of one object whose gaps are at most ``max_gap`` bytes, into
-    merged ranges of at most ``max_size`` bytes (None: no limit; a larger range stays alone).
+def coalesce(ranges: Sequence[tuple[int, int]], max_gap: int = DEFAULT_MAX_GAP) -> list[CoalescedRange]:
+    """Merge ``[start, end)`` ranges of one object whose gaps are at most ``max_gap`` bytes.
 
     Examples
     --------
@@ -35,8 +34,6 @@ def coalesce(ranges: Sequence[tuple[int, int]], max_gap: int = DEFAULT_MAX_GAP, 
     [(0, 20), (100, 110)]
     >>> [(r.start, r.end) for r in coalesce([(0, 10), (12, 20)], max_gap=0)]
     [(0, 10), (12, 20)]
-    >>> [(r.start, r.end) for r in coalesce([(0, 10), (10, 20), (20, 30)], max_size=20)]
-    [(0, 20), (20, 30)]
     """
     order = sorted(range(len(ranges)), key=lambda i: ranges[i])
     merged: list[CoalescedRange] = []
@@ -44,7 +41,7 @@ def coalesce(ranges: Sequence[tuple[int, int]], max_gap: int = DEFAULT_MAX_GAP, 
     members: list[tuple[int, int, int]] = []
     for position in order:
         lo, hi = ranges[position]
-        if members and lo - end <= max_gap and (max_size is None or max(end, hi) - start <= max_size):
+        if members and lo - end <= max_gap:
             end = max(end, hi)
         else:
             if members:
