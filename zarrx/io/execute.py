@@ -37,6 +37,7 @@ from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow, ObjectPlan, batches, chunk_table, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection, OrthogonalIndexer, VectorizedIndexer
 from zarrx.io.shards import read_shards
+from zarrx.scratch import fresh_array
 from zarrx.sizes import count_text
 from zarrx.storage.store import Store
 
@@ -69,7 +70,7 @@ def allocate_output(shape: tuple[int, ...], dtype: np.dtype, path: str) -> np.nd
             "(smaller selections, or Array.to_dask())"
         )
     try:
-        return np.empty(shape, dtype=dtype)
+        return fresh_array(shape, dtype)
     except (MemoryError, ValueError) as error:
         raise SelectionError(
             f"array {path or '/'!r}: cannot allocate {count_text(nbytes)} bytes for a selection of shape {shape} "
