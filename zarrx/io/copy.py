@@ -38,6 +38,7 @@ from zarrx.io.execute import as_array_of, read_into
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import decoded_nbytes, object_steps
 from zarrx.io.selection import BasicIndexer
+from zarrx.io.transcode import transcode_step, transcodes
 from zarrx.io.write import write_from
 
 __all__ = ["copy_into", "is_lazy_array", "copy_region", "QUEUE_STEPS", "MIN_STEP_BYTES"]
@@ -165,6 +166,11 @@ def copy_into(handle: ArrayHandle, source: Any, region: tuple[slice, ...]) -> No
         raise SelectionError(f"cannot assign a value of shape {tuple(source.shape)} to a selection of shape {shape}")
     read = _Reader(source, tuple(part.start for part in region), handle)
     steps = _steps(handle, region)
+    if read.direct is not None and not any(read.origin) and transcodes(read.direct, handle):
+        # the same chunks in both (then the region is the whole array): each decoded and encoded again on its own
+        for box in steps:
+            transcode_step(read.direct, handle, box)
+        return
     if call_threads() < 2:  # one thread: read, then write, one step at a time
         for box in steps:
             block = read(box)

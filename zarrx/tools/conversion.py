@@ -287,10 +287,14 @@ def _copy_step(source: Any, target: Any, box: tuple[slice, ...]) -> None:
     task holds one step's values, never more."""
     from zarrx.concurrency import task_threads
     from zarrx.io.execute import read_selection
+    from zarrx.io.transcode import transcode_step, transcodes
     from zarrx.io.write import write_selection
 
     with task_threads():
-        write_selection(target, box or Ellipsis, read_selection(source, box or Ellipsis))
+        if box and transcodes(source, target):  # the same chunks: each decoded and encoded again on its own
+            transcode_step(source, target, box)
+        else:
+            write_selection(target, box or Ellipsis, read_selection(source, box or Ellipsis))
 
 
 def _copy_tasks(name: str, source: Array, target: Array, done: set[tuple[int, ...]]) -> list[Any]:

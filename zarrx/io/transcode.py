@@ -1,0 +1,145 @@
+"""Copies between arrays that store the same chunks: each decoded and encoded again on its own.
+
+A copy step (:mod:`zarrx.io.copy`, ``zarrx.convert``) reads the source's part of the step into a
+block of values, then cuts the destination's chunks out of it and encodes them: every value is
+copied twice between the codecs, once into the block and once out of it. When the destination
+encodes exactly the source's units -- each inner chunk (or chunk) of the destination is one of the
+source's, at the same place -- :func:`transcode_step` skips the block: each source unit is
+decoded into the thread's scratch buffer and encoded from there with the destination's codecs,
+and the destination's objects are written whole. That is the case of a convert keeping the
+chunks (new codecs, a new format), and of putting the chunks of an unsharded array into
+shards of them.
+
+:func:`transcodes` says when it applies: regular grids of one shape, one data type (not
+objects), one fill value, the same unit shape; a sharded source only into shards of the same
+shape (each destination shard then reads one source shard, whole). Units absent from the
+source stay absent (the fill value either way), unless the destination writes empty chunks;
+units all fill value are left out unless it does. Each destination object is replaced whole:
+what it held before is gone, as with any write of the whole object.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from zarrx.codecs.base import ChunkSpec
+from zarrx.codecs.pipeline import CodecPipeline
+from zarrx.concurrency import call_threads, scratch_array
+from zarrx.dtypes.fill import is_all_fill
+from zarrx.io.decode import run_maybe_threaded, worth_threads
+from zarrx.io.handle import ArrayHandle
+from zarrx.storage.store import bounded_get_many
+
+__all__ = ["transcodes", "transcode_step"]
+
+
+def _unit(handle: ArrayHandle) -> tuple[tuple[int, ...], CodecPipeline, ChunkSpec]:
+    """The shape, codecs and spec of what ``handle`` encodes on its own: inner chunks, or chunks."""
+    if handle.sharding is not None:
+        return tuple(handle.sharding.chunk_shape), handle.sharding.codecs, handle.inner_spec  # type: ignore[return-value]
+    return tuple(handle.metadata.chunks), handle.pipeline, handle.spec
+
+
+def transcodes(source: ArrayHandle, target: ArrayHandle) -> bool:
+    """Whether ``target`` encodes exactly ``source``'s units, so a copy may go unit by unit.
+
+    Examples
+    --------
+    >>> import zarrx
+    >>> src = zarrx.create_array({}, shape=(10, 10), chunks=(2, 5), dtype="i2")
+    >>> into = lambda **layout: transcodes(src.handle, zarrx.create_array({}, shape=(10, 10), dtype="i2", **layout).handle)
+    >>> into(chunks=(2, 5), compressors=None), into(chunks=(2, 5), shards=(4, 10)), into(chunks=(5, 2))
+    (True, True, False)
+    """
+    if not (source.regular and target.regular) or source.shape != target.shape or source.dtype != target.dtype:
+        return False
+    if source.dtype.hasobject or source.dtype.kind not in "biufcmMSUV":
+        return False
+    if not _same_fill(source, target) or _unit(source)[0] != _unit(target)[0]:
+        return False
+    # a source shard is read whole: only into a destination shard of its own shape
+    return source.sharding is None or (target.sharding is not None and source.metadata.chunks == target.metadata.chunks)
+
+
+def _same_fill(source: ArrayHandle, target: ArrayHandle) -> bool:
+    """Whether both fill values are the same bits (an absent unit means the same values in both)."""
+    dtype = source.dtype
+    return np.asarray(source.fill_value, dtype=dtype).tobytes() == np.asarray(target.fill_value, dtype=dtype).tobytes()
+
+
+def transcode_step(source: ArrayHandle, target: ArrayHandle, box: tuple[slice, ...]) -> None:
+    """Copy ``box`` (whole objects of ``target``, at the same place in ``source``) unit by unit;
+    see the module docstring. Where the caller may use the pool, a shard's units are encoded on
+    it, or the step's chunks, each stored by the thread that encoded it."""
+    objects = list(itertools.product(*(
+        range(part.start // size, -(-part.stop // size)) for part, size in zip(box, target.metadata.chunks)
+    )))  # fmt: skip
+    threaded = call_threads() > 1 and worth_threads(_unit(target)[2])
+    if target.sharding is None:
+        run_maybe_threaded(lambda coords: _store(target, coords, _object(source, target, coords, False)), objects,
+                           threaded, _unit(source)[1])  # fmt: skip
+        return
+    for coords in objects:
+        _store(target, coords, _object(source, target, coords, threaded))
+
+
+def _store(target: ArrayHandle, coords: tuple[int, ...], encoded: bytes | None) -> None:
+    key = target.object_key(coords)
+    if encoded is None:
+        target.store.delete(key)
+    else:
+        target.store.set(key, encoded)
+
+
+def _object(source: ArrayHandle, target: ArrayHandle, coords: tuple[int, ...], threaded: bool) -> bytes | None:
+    """The encoded object of ``target`` at ``coords`` (None: nothing in it to store), its units
+    encoded on the pool when ``threaded``."""
+    unit_shape, source_codecs, source_spec = _unit(source)
+    _, target_codecs, target_spec = _unit(target)
+    per_object = target.chunks_per_object
+    units = [
+        inner for inner in itertools.product(*(range(n) for n in per_object))
+        if all((c * n + i) * size < length for c, n, i, size, length in zip(coords, per_object, inner, unit_shape, target.shape))
+    ]  # fmt: skip (units wholly past the array's edge are never stored)
+    stored = _source_units(source, coords, per_object, units)
+    keep_empty, fill = target.write_empty_chunks, target.fill_value
+
+    def encode(inner: tuple[int, ...]) -> bytes | None:
+        raw, name = stored[inner]
+        if raw is None:
+            if not keep_empty:
+                return None
+            chunk = np.full(unit_shape, fill, dtype=target.dtype)
+        else:
+            chunk = source_codecs.decode(raw, source_spec, key=name, out=scratch_array(unit_shape, source.dtype))
+            if not keep_empty and is_all_fill(chunk, fill):
+                return None
+        return target_codecs.encode(chunk, target_spec, key=name)
+
+    results = run_maybe_threaded(encode, units, threaded, source_codecs)
+    if target.sharding is None:
+        return results[0]
+    encoded = {inner: data for inner, data in zip(units, results) if data is not None}
+    return target.sharding.assemble(encoded, target.spec) if encoded else None
+
+
+def _source_units(source: ArrayHandle, coords: tuple[int, ...], per_object: tuple[int, ...],
+                  units: list[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[Any, str]]:  # fmt: skip
+    """The stored bytes (None: absent) of ``source``'s units of the destination object at
+    ``coords``, each with the name its errors give."""
+    if source.sharding is not None:  # the shard of the same shape, at the same place
+        key = source.object_key(coords)
+        shard = bounded_get_many(source.store, [key], source.max_object_size)[key]
+        if shard is None:
+            return {inner: (None, key) for inner in units}
+        index = source.sharding.read_index(shard, source.spec, key, whole=True)
+        return {inner: (index.cut(shard, inner), f"{key} inner chunk {inner}") for inner in units}
+    keys = {
+        inner: source.object_key(tuple(c * n + i for c, n, i in zip(coords, per_object, inner)))
+        for inner in units
+    }  # fmt: skip
+    found = bounded_get_many(source.store, list(keys.values()), source.max_object_size)
+    return {inner: (found[key], key) for inner, key in keys.items()}
