@@ -1,9 +1,10 @@
 """The memory a large read's output lives in: small pages where the system has huge ones.
 
-NumPy advises huge pages for every array of 4 MiB or more; zarrx allocates large outputs in
-small pages instead (:func:`zarrx.scratch.fresh_array`: on the benchmark machine a cold copy of
-1 GiB took 3.0 s after a read into huge pages, 1.3 s after one into small pages). These tests
-read the kernel's own account of each mapping (``/proc/self/smaps``: ``nh`` = no huge pages).
+NumPy advises huge pages for every array of 4 MiB or more; zarrx allocates outputs of 1 GiB and
+more in small pages instead (:func:`zarrx.scratch.fresh_array`: on the benchmark machine a cold
+copy of 1 GiB took 2.4-3.0 s after a read into huge pages, 1.2-1.9 s after one into small
+pages). These tests lower that size to MiBs (``small_pages_from``) and read the kernel's own
+account of each mapping (``/proc/self/smaps``: ``nh`` = no huge pages).
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx.scratch import MIN_SMALL_PAGE_BYTES, fresh_array
+import zarrx.scratch
+from zarrx.scratch import fresh_array
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps is Linux's")
+MIN_SMALL_PAGE_BYTES = 16 * 2**20
+
+
+@pytest.fixture(autouse=True)
+def small_pages_from(monkeypatch):
+    """Outputs from 16 MiB in small pages (1 GiB outside these tests)."""
+    monkeypatch.setattr(zarrx.scratch, "MIN_SMALL_PAGE_BYTES", MIN_SMALL_PAGE_BYTES)
 
 
 def mapping_flags(address: int) -> set[str] | None:
@@ -69,6 +78,16 @@ def test_the_advice_covers_the_whole_array_and_goes_with_it():
     assert flags is None or "nh" not in flags  # unmapped (or another mapping took the address)
 
 
+def test_outputs_under_the_size_keep_numpys_advice(monkeypatch):
+    size = 64 * 2**20  # above malloc's largest threshold: each its own mapping
+    monkeypatch.setattr(zarrx.scratch, "MIN_SMALL_PAGE_BYTES", size)
+    out = fresh_array((size,), np.dtype("uint8"))
+    assert "nh" in mapping_flags(out.ctypes.data + size // 2)
+    monkeypatch.setattr(zarrx.scratch, "MIN_SMALL_PAGE_BYTES", size + 1)
+    out = fresh_array((size,), np.dtype("uint8"))
+    assert {"nh", "hg"} & mapping_flags(out.ctypes.data + size // 2) == {"hg"}  # NumPy's huge pages
+
+
 def test_outputs_of_other_data_types_are_allocated_as_ever():
     objects = fresh_array((MIN_SMALL_PAGE_BYTES // 8,), np.dtype(object))
     assert objects.dtype == object and objects[0] is None
@@ -82,8 +101,10 @@ def test_zarrx_huge_pages_keeps_numpys_advice():
     script = textwrap.dedent(
         """
         import numpy as np
+        import zarrx.scratch
         from tests.test_output_memory import mapping_flags
         from zarrx.scratch import fresh_array
+        zarrx.scratch.MIN_SMALL_PAGE_BYTES = 16 * 2**20
         out = fresh_array((64 * 2**20,), np.dtype("uint8"))
         print(" ".join(sorted(mapping_flags(out.ctypes.data + out.nbytes // 2) & {"hg", "nh"})))
         """

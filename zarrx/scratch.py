@@ -137,8 +137,11 @@ def _unreserve(nbytes: int, generation: int) -> None:
 
 
 #: arrays from this size are allocated in small pages by :func:`fresh_array` (on Linux, unless
-#: ``ZARRX_HUGE_PAGES`` is set); smaller ones as NumPy allocates them
-MIN_SMALL_PAGE_BYTES = 16 * 2**20
+#: ``ZARRX_HUGE_PAGES`` is set); smaller ones as NumPy allocates them. Measured warm on the
+#: benchmark machine, a read into huge pages was faster up to 512 MiB (64 MiB: 0.09 s against
+#: 0.11 s; 256 MiB: 0.13 against 0.22; 512 MiB: 0.19 against 0.36), slower at 1 GiB (0.92 against
+#: 0.50): past what the system had of huge pages at hand
+MIN_SMALL_PAGE_BYTES = 2**30
 #: the kinds of data type whose values are their bytes (not objects, not NumPy's variable-width strings)
 _FIXED_KINDS = frozenset("biufcmMSUV")
 _madvise: Any = None  # libc's madvise, looked up on first use (False: not to be had)
@@ -146,21 +149,21 @@ _madvise: Any = None  # libc's madvise, looked up on first use (False: not to be
 
 def fresh_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array of ``shape`` and ``dtype`` (``np.empty``) for the output of a read;
-    from :data:`MIN_SMALL_PAGE_BYTES` advised to stay in small pages where the system has
-    transparent huge pages (Linux).
+    from :data:`MIN_SMALL_PAGE_BYTES` (1 GiB) advised to stay in small pages where the system
+    has transparent huge pages (Linux).
 
     NumPy asks for huge pages for every array of 4 MiB or more. Filling a 1 GiB output with them
     on the benchmark machine (a virtual machine, the usual ``madvise`` setting) took 0.1 to 1.8 s
     from one run to the next where small pages took 0.6 s every time, and the memory the
-    huge pages took slowed what came next: writing that 1 GiB to files took 1.0-1.6 s after a
+    huge pages took slowed what came next: writing that 1 GiB to files took 1.5-1.8 s after a
     read into huge pages, 0.3-0.9 s after a read into small ones (a cold copy's 2.4-3.0 s became
-    1.4-1.9 s). ``ZARRX_HUGE_PAGES=1`` keeps NumPy's way. The array is NumPy's own as ever (it
+    1.2-1.9 s). ``ZARRX_HUGE_PAGES=1`` keeps NumPy's way. The array is NumPy's own as ever (it
     owns its memory, ``tracemalloc`` counts it); only the advice on its pages, given before any
     is touched, differs.
 
     Examples
     --------
-    >>> a = fresh_array((8, 2**20), np.dtype("float64"))
+    >>> a = fresh_array((8, 2**20), np.dtype("float64"))  # 64 MiB: NumPy's own advice
     >>> a.shape, a.dtype, a.flags.owndata
     ((8, 1048576), dtype('float64'), True)
     """

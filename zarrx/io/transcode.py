@@ -29,7 +29,7 @@ from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.concurrency import call_threads, scratch_array
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.io.decode import run_maybe_threaded, worth_threads
+from zarrx.io.decode import run_maybe_threaded, stored_as_in_memory, worth_threads
 from zarrx.io.handle import ArrayHandle
 from zarrx.storage.store import bounded_get_many
 
@@ -51,7 +51,7 @@ def transcodes(source: ArrayHandle, target: ArrayHandle) -> bool:
     >>> import zarrx
     >>> src = zarrx.create_array({}, shape=(10, 10), chunks=(2, 5), dtype="i2")
     >>> into = lambda **layout: transcodes(src.handle, zarrx.create_array({}, shape=(10, 10), dtype="i2", **layout).handle)
-    >>> into(chunks=(2, 5), compressors=None), into(chunks=(2, 5), shards=(4, 10)), into(chunks=(5, 2))
+    >>> into(chunks=(2, 5), compressors="zstd"), into(chunks=(2, 5), shards=(4, 10)), into(chunks=(5, 2))
     (True, True, False)
     """
     if not (source.regular and target.regular) or source.shape != target.shape or source.dtype != target.dtype:
@@ -60,6 +60,8 @@ def transcodes(source: ArrayHandle, target: ArrayHandle) -> bool:
         return False
     if not _same_fill(source, target) or _unit(source)[0] != _unit(target)[0]:
         return False
+    if any(stored_as_in_memory(codecs, spec) for _, codecs, spec in (_unit(source), _unit(target))):
+        return False  # no codec to copy between: the step's block is read into and written from as it is stored
     # a source shard is read whole: only into a destination shard of its own shape
     return source.sharding is None or (target.sharding is not None and source.metadata.chunks == target.metadata.chunks)
 
