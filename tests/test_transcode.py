@@ -79,13 +79,17 @@ def stored_unit(array, unit: tuple[int, int]) -> bool:
 
 
 def test_a_sharded_source_is_read_one_whole_shard_per_destination_shard():
-    store = MetricsStore(MemoryStore())
+    store, written = MetricsStore(MemoryStore()), MetricsStore(MemoryStore())
     source = make(store, LAYOUTS["sharded"])
-    target = zarrx.create_array({}, shape=SHAPE, dtype="i4", chunks=(4, 5), shards=(8, 20), compressors=ZSTD)
+    target = zarrx.create_array(written, shape=SHAPE, dtype="i4", chunks=(4, 5), shards=(8, 20), compressors=ZSTD)
     store.reset()
+    written.reset()
     target[...] = source
     summary = store.summary()
-    assert "get_ranges" not in summary and summary["get_many"].calls == target.nchunks  # 5 x 3 shards, each once
+    # 5 x 3 shards, each read once, whole (a step of small shards fetches them in one call) ...
+    assert "get_ranges" not in summary and summary["get_many"].requests == target.nchunks
+    # ... and written in one call: a remote store gets them concurrently, not one after another
+    assert list(written.summary()) == ["set_many"] and written.summary()["set_many"].requests == target.nchunks
     np.testing.assert_array_equal(target[...], values())
 
 

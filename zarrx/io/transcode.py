@@ -74,39 +74,46 @@ def _same_fill(source: ArrayHandle, target: ArrayHandle) -> bool:
 
 def transcode_step(source: ArrayHandle, target: ArrayHandle, box: tuple[slice, ...]) -> None:
     """Copy ``box`` (whole objects of ``target``, at the same place in ``source``) unit by unit;
-    see the module docstring. Where the caller may use the pool, a shard's units are encoded on
-    it, or the step's chunks, each stored by the thread that encoded it."""
+    see the module docstring. The step's source objects come in one ``get_many`` and its
+    destination objects go in one ``set_many`` (and one ``delete_many``); where the caller may
+    use the pool, a shard's units are encoded on it, or the step's chunks."""
     objects = list(itertools.product(*(
         range(part.start // size, -(-part.stop // size)) for part, size in zip(box, target.metadata.chunks)
     )))  # fmt: skip
+    units = {coords: _units(target, coords) for coords in objects}
+    stored = _source_units(source, target, units)
     threaded = call_threads() > 1 and worth_threads(_unit(target)[2])
-    if target.sharding is None:
-        run_maybe_threaded(lambda coords: _store(target, coords, _object(source, target, coords, False)), objects,
-                           threaded, _unit(source)[1])  # fmt: skip
-        return
-    for coords in objects:
-        _store(target, coords, _object(source, target, coords, threaded))
-
-
-def _store(target: ArrayHandle, coords: tuple[int, ...], encoded: bytes | None) -> None:
-    key = target.object_key(coords)
-    if encoded is None:
-        target.store.delete(key)
+    if target.sharding is None:  # an object is one unit: the step's objects on the pool
+        results = run_maybe_threaded(lambda coords: _object(source, target, stored[coords], False), objects,
+                                     threaded, _unit(source)[1])  # fmt: skip
     else:
-        target.store.set(key, encoded)
+        results = [_object(source, target, stored[coords], threaded) for coords in objects]
+    keys = [target.object_key(coords) for coords in objects]
+    to_store = {key: data for key, data in zip(keys, results) if data is not None}
+    if to_store:
+        target.store.set_many(to_store)
+    to_delete = [key for key, data in zip(keys, results) if data is None]
+    if to_delete:
+        target.store.delete_many(to_delete)
 
 
-def _object(source: ArrayHandle, target: ArrayHandle, coords: tuple[int, ...], threaded: bool) -> bytes | None:
-    """The encoded object of ``target`` at ``coords`` (None: nothing in it to store), its units
-    encoded on the pool when ``threaded``."""
-    unit_shape, source_codecs, source_spec = _unit(source)
-    _, target_codecs, target_spec = _unit(target)
-    per_object = target.chunks_per_object
-    units = [
+def _units(target: ArrayHandle, coords: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The units of ``target``'s object at ``coords`` (coordinates in it) that hold values: those
+    wholly past the array's edge are never stored."""
+    unit_shape, per_object = _unit(target)[0], target.chunks_per_object
+    return [
         inner for inner in itertools.product(*(range(n) for n in per_object))
         if all((c * n + i) * size < length for c, n, i, size, length in zip(coords, per_object, inner, unit_shape, target.shape))
-    ]  # fmt: skip (units wholly past the array's edge are never stored)
-    stored = _source_units(source, coords, per_object, units)
+    ]  # fmt: skip
+
+
+def _object(source: ArrayHandle, target: ArrayHandle, stored: dict[tuple[int, ...], tuple[Any, str]],
+            threaded: bool) -> bytes | None:  # fmt: skip
+    """The encoded object of ``target`` made of the source units ``stored`` (by their coordinates
+    in it: bytes, None when absent, and the name errors give), None when nothing in it is to be
+    stored; its units encoded on the pool when ``threaded``."""
+    unit_shape, source_codecs, source_spec = _unit(source)
+    _, target_codecs, target_spec = _unit(target)
     keep_empty, fill = target.write_empty_chunks, target.fill_value
 
     def encode(inner: tuple[int, ...]) -> bytes | None:
@@ -121,6 +128,7 @@ def _object(source: ArrayHandle, target: ArrayHandle, coords: tuple[int, ...], t
                 return None
         return target_codecs.encode(chunk, target_spec, key=name)
 
+    units = list(stored)
     results = run_maybe_threaded(encode, units, threaded, source_codecs)
     if target.sharding is None:
         return results[0]
@@ -128,20 +136,26 @@ def _object(source: ArrayHandle, target: ArrayHandle, coords: tuple[int, ...], t
     return target.sharding.assemble(encoded, target.spec) if encoded else None
 
 
-def _source_units(source: ArrayHandle, coords: tuple[int, ...], per_object: tuple[int, ...],
-                  units: list[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[Any, str]]:  # fmt: skip
-    """The stored bytes (None: absent) of ``source``'s units of the destination object at
-    ``coords``, each with the name its errors give."""
-    if source.sharding is not None:  # the shard of the same shape, at the same place
-        key = source.object_key(coords)
-        shard = bounded_get_many(source.store, [key], source.max_object_size)[key]
-        if shard is None:
-            return {inner: (None, key) for inner in units}
-        index = source.sharding.read_index(shard, source.spec, key, whole=True)
-        return {inner: (index.cut(shard, inner), f"{key} inner chunk {inner}") for inner in units}
+def _source_units(source: ArrayHandle, target: ArrayHandle, units: dict[tuple[int, ...], list[tuple[int, ...]]]
+                  ) -> dict[tuple[int, ...], dict[tuple[int, ...], tuple[Any, str]]]:  # fmt: skip
+    """Per destination object (by its coordinates), the stored bytes of the source's units of it
+    (None: absent), each with the name its errors give: read in one ``get_many``."""
+    if source.sharding is not None:  # each the source shard of the same shape, at the same place, whole
+        keys = {coords: source.object_key(coords) for coords in units}
+        shards = bounded_get_many(source.store, list(keys.values()), source.max_object_size)
+        found = {}
+        for coords, key in keys.items():
+            shard = shards[key]
+            if shard is None:
+                found[coords] = {inner: (None, key) for inner in units[coords]}
+                continue
+            index = source.sharding.read_index(shard, source.spec, key, whole=True)
+            found[coords] = {inner: (index.cut(shard, inner), f"{key} inner chunk {inner}") for inner in units[coords]}
+        return found
+    per_object = target.chunks_per_object
     keys = {
-        inner: source.object_key(tuple(c * n + i for c, n, i in zip(coords, per_object, inner)))
-        for inner in units
+        coords: {inner: source.object_key(tuple(c * n + i for c, n, i in zip(coords, per_object, inner))) for inner in inner_units}
+        for coords, inner_units in units.items()
     }  # fmt: skip
-    found = bounded_get_many(source.store, list(keys.values()), source.max_object_size)
-    return {inner: (found[key], key) for inner, key in keys.items()}
+    chunks = bounded_get_many(source.store, [key for named in keys.values() for key in named.values()], source.max_object_size)
+    return {coords: {inner: (chunks[key], key) for inner, key in named.items()} for coords, named in keys.items()}
