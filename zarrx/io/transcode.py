@@ -69,7 +69,10 @@ def transcodes(source: ArrayHandle, target: ArrayHandle) -> bool:
 def _same_fill(source: ArrayHandle, target: ArrayHandle) -> bool:
     """Whether both fill values are the same bits (an absent unit means the same values in both)."""
     dtype = source.dtype
-    return np.asarray(source.fill_value, dtype=dtype).tobytes() == np.asarray(target.fill_value, dtype=dtype).tobytes()
+    try:
+        return np.asarray(source.fill_value, dtype=dtype).tobytes() == np.asarray(target.fill_value, dtype=dtype).tobytes()
+    except (TypeError, ValueError, OverflowError):  # a fill value NumPy cannot hold as given: the step-by-step copy
+        return False
 
 
 def transcode_step(source: ArrayHandle, target: ArrayHandle, box: tuple[slice, ...]) -> None:
