@@ -16,6 +16,10 @@ objects, never the array. A zarrx source is read by the executor into the buffer
 already written, so a long copy touches no fresh memory per step. Inside a dask task given one
 thread (:func:`zarrx.concurrency.task_threads`) the steps run one after the other on that thread.
 
+When the destination stores exactly the source's units (a zarrx source of one layout with it:
+its chunks or inner chunks at the same places, a codec on both sides), a step skips the block:
+each unit is decoded and encoded again on its own (:mod:`zarrx.io.transcode`).
+
 ``dst[...] = src[...]`` stays what Python makes it: ``src[...]`` is read whole into memory
 before the assignment sees it; write ``dst[...] = src`` for the bounded form.
 

@@ -86,12 +86,13 @@ def transcode_step(source: ArrayHandle, target: ArrayHandle, box: tuple[slice, .
     units = {coords: _units(target, coords) for coords in objects}
     stored = _source_units(source, target, units)
     threaded = call_threads() > 1 and worth_threads(_unit(target)[2])
+    keys = {coords: target.object_key(coords) for coords in objects}
     if target.sharding is None:  # an object is one unit: the step's objects on the pool
-        results = run_maybe_threaded(lambda coords: _object(source, target, stored[coords], False), objects,
-                                     threaded, _unit(source)[1])  # fmt: skip
+        results = run_maybe_threaded(lambda coords: _object(source, target, keys[coords], stored[coords], False),
+                                     objects, threaded, _unit(source)[1])  # fmt: skip
     else:
-        results = [_object(source, target, stored[coords], threaded) for coords in objects]
-    keys = [target.object_key(coords) for coords in objects]
+        results = [_object(source, target, keys[coords], stored[coords], threaded) for coords in objects]
+    keys = [keys[coords] for coords in objects]
     to_store = {key: data for key, data in zip(keys, results) if data is not None}
     if to_store:
         target.store.set_many(to_store)
@@ -110,11 +111,11 @@ def _units(target: ArrayHandle, coords: tuple[int, ...]) -> list[tuple[int, ...]
     ]  # fmt: skip
 
 
-def _object(source: ArrayHandle, target: ArrayHandle, stored: dict[tuple[int, ...], tuple[Any, str]],
+def _object(source: ArrayHandle, target: ArrayHandle, key: str, stored: dict[tuple[int, ...], tuple[Any, str]],
             threaded: bool) -> bytes | None:  # fmt: skip
-    """The encoded object of ``target`` made of the source units ``stored`` (by their coordinates
-    in it: bytes, None when absent, and the name errors give), None when nothing in it is to be
-    stored; its units encoded on the pool when ``threaded``."""
+    """The encoded object ``key`` of ``target`` made of the source units ``stored`` (by their
+    coordinates in it: bytes, None when absent, and the name a decoding error gives), None when
+    nothing in it is to be stored; its units encoded on the pool when ``threaded``."""
     unit_shape, source_codecs, source_spec = _unit(source)
     _, target_codecs, target_spec = _unit(target)
     keep_empty, fill = target.write_empty_chunks, target.fill_value
@@ -129,7 +130,7 @@ def _object(source: ArrayHandle, target: ArrayHandle, stored: dict[tuple[int, ..
             chunk = source_codecs.decode(raw, source_spec, key=name, out=scratch_array(unit_shape, source.dtype))
             if not keep_empty and is_all_fill(chunk, fill):
                 return None
-        return target_codecs.encode(chunk, target_spec, key=name)
+        return target_codecs.encode(chunk, target_spec, key=key if target.sharding is None else f"{key} inner chunk {inner}")
 
     units = list(stored)
     results = run_maybe_threaded(encode, units, threaded, source_codecs)

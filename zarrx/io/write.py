@@ -233,7 +233,8 @@ def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         )
         chunk = _merged(codec.chunk_shape, full_size, projection, value[projection.out_selection], encoded.get(inner),
                         lambda raw: codec.codecs.decode(raw, inner_spec, key=name), handle.fill_value, spec.dtype)  # fmt: skip
-        if not chunk.flags.c_contiguous and chunk.dtype == inner_spec.dtype and chunk.dtype.kind not in "OT":
+        if (not chunk.flags.c_contiguous and chunk.dtype == inner_spec.dtype and chunk.dtype.itemsize
+                and not chunk.dtype.hasobject and chunk.dtype.kind != "T"):  # fmt: skip
             # gathered once, into this thread's scratch: checked for fill and encoded from there
             # (a fresh copy per inner chunk, and a fill check of the strided piece, cost 20 us more each)
             gathered = scratch_array(inner_spec.shape, inner_spec.dtype)
