@@ -150,3 +150,21 @@ def test_units_stored_all_fill_in_the_source_are_left_out(source_layout):
     target[...] = source
     assert not stored_unit(target, (0, 0)) and stored_unit(target, (2, 0))
     np.testing.assert_array_equal(target[...], values())
+
+
+@pytest.mark.parametrize("damage", ["cut short", "index past the end"])
+def test_a_damaged_source_shard_is_named(damage):
+    store = MemoryStore()
+    make(store, LAYOUTS["sharded"])
+    key = "c/1/0"
+    shard = bytearray(store.get(key))
+    if damage == "cut short":
+        shard = shard[: len(shard) // 2]
+    else:  # the first index entry's offset (the index at the end, 16 bytes an entry, then a crc32c)
+        entries = len(shard) - 4 - 8 * 2 * 8
+        shard[entries : entries + 8] = (len(shard) * 2).to_bytes(8, "little")
+    store.set(key, bytes(shard))
+    source = zarrx.open_array(store)
+    target = zarrx.create_array({}, shape=SHAPE, dtype="i4", chunks=(4, 5), shards=(8, 20), compressors=ZSTD)
+    with pytest.raises(zarrx.errors.ZarrxError, match="c/1/0"):
+        target[...] = source
