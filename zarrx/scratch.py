@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["scratch_array", "scratch_bytes", "kept_scratch_bytes", "release_scratch", "fresh_array", "SCRATCH_BUDGET_BYTES",
+__all__ = ["scratch_array", "scratch_bytes", "kept_scratch_bytes", "release_scratch", "fresh_array", "values_are_bytes", "SCRATCH_BUDGET_BYTES",
            "MAX_KEPT_SCRATCH_BYTES", "MIN_SMALL_PAGE_BYTES"]  # fmt: skip
 
 #: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
@@ -147,6 +147,16 @@ _FIXED_KINDS = frozenset("biufcmMSUV")
 _madvise: Any = None  # libc's madvise, looked up on first use (False: not to be had)
 
 
+def values_are_bytes(dtype: np.dtype) -> bool:
+    """Whether ``dtype``'s values are their bytes, of one size: what a buffer of bytes (a scratch
+    buffer, an output advised page by page) can hold. Not objects, nor NumPy's variable-width strings.
+
+    >>> values_are_bytes(np.dtype("f8")), values_are_bytes(np.dtype([("a", "u1"), ("b", "O")]))
+    (True, False)
+    """
+    return dtype.kind in _FIXED_KINDS and not dtype.hasobject and dtype.itemsize > 0
+
+
 def fresh_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array of ``shape`` and ``dtype`` (``np.empty``) for the output of a read;
     from :data:`MIN_SMALL_PAGE_BYTES` (1 GiB) advised to stay in small pages where the system
@@ -168,7 +178,7 @@ def fresh_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     ((8, 1048576), dtype('float64'), True)
     """
     array = np.empty(shape, dtype=dtype)
-    if array.nbytes >= MIN_SMALL_PAGE_BYTES and dtype.kind in _FIXED_KINDS and not dtype.hasobject:
+    if array.nbytes >= MIN_SMALL_PAGE_BYTES and values_are_bytes(dtype):
         madvise = _madvise if _madvise is not None else _find_madvise()
         if madvise:
             start = -(-array.ctypes.data // mmap.PAGESIZE) * mmap.PAGESIZE  # NumPy advised from there too

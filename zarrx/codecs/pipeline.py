@@ -246,26 +246,17 @@ class CodecPipeline:
         """Size of every encoded chunk of ``spec`` when it is fixed (no compression), else None."""
         return self._decoded_sizes(self.resolve_specs(spec)[-1])[-1]
 
-    def encode(
-        self, array: np.ndarray, spec: ChunkSpec, key: str | None = None, scratch: np.ndarray | None = None
-    ) -> bytes:
+    def encode(self, array: np.ndarray, spec: ChunkSpec, key: str | None = None) -> bytes:
         """Encode one chunk of ``spec.shape``; ChunkEncodeError names the codec (and ``key`` if given).
-
-        ``scratch``, a writeable C-contiguous array of the chunk's shape and dtype, is where a
-        non-contiguous ``array`` is gathered before a lone compressor reads it (instead of a fresh
-        copy per chunk); its contents are overwritten.
-        """
+        A non-contiguous ``array`` is copied before a lone compressor reads it (writers gather
+        strided pieces into scratch memory first)."""
         array = np.asarray(array)
         if array.shape != spec.shape:
             raise ChunkEncodeError(f"{_chunk(key)}expected an array of shape {spec.shape}, found {array.shape}")
         direct = self._plan(spec)[2]
         if direct is not None and array.dtype == spec.dtype:
             if not array.flags.c_contiguous:
-                if scratch is not None and scratch.shape == spec.shape and scratch.dtype == spec.dtype:
-                    np.copyto(scratch, array)
-                    array = scratch
-                else:
-                    array = np.ascontiguousarray(array)
+                array = np.ascontiguousarray(array)
             with _encoding(key, direct):
                 data = direct.encode(array.reshape(-1).view(np.uint8))
             return data if isinstance(data, bytes) else bytes(data)

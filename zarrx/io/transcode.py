@@ -27,10 +27,11 @@ import numpy as np
 
 from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.pipeline import CodecPipeline
-from zarrx.concurrency import call_threads, scratch_array
+from zarrx.concurrency import call_threads
 from zarrx.dtypes.fill import is_all_fill
 from zarrx.io.decode import run_maybe_threaded, stored_as_in_memory, worth_threads
 from zarrx.io.handle import ArrayHandle
+from zarrx.scratch import scratch_array, values_are_bytes
 from zarrx.storage.store import bounded_get_many
 
 __all__ = ["transcodes", "transcode_step"]
@@ -56,7 +57,7 @@ def transcodes(source: ArrayHandle, target: ArrayHandle) -> bool:
     """
     if not (source.regular and target.regular) or source.shape != target.shape or source.dtype != target.dtype:
         return False
-    if source.dtype.hasobject or source.dtype.kind not in "biufcmMSUV":
+    if not values_are_bytes(source.dtype):  # decoded into a scratch buffer of bytes
         return False
     if not _same_fill(source, target) or _unit(source)[0] != _unit(target)[0]:
         return False

@@ -192,6 +192,7 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
     full_size = all(r.stop == size for r, size in zip(region, spec.shape))
     chunk = _merged(spec.shape, full_size, projection, value[projection.out_selection], old,
                     lambda raw: pipeline.decode(raw, spec, key=plan.key), handle.fill_value, spec.dtype)  # fmt: skip
+    chunk = _gathered(pipeline, spec, chunk)
     if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
         return None
     if chunk.dtype == spec.dtype and _stored_as_is(pipeline, spec):
@@ -203,7 +204,7 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
             np.copyto(gathered, chunk)
             chunk = gathered
         return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
-    return pipeline.encode(chunk, spec, key=plan.key, scratch=_scratch_for(pipeline, spec, chunk))
+    return pipeline.encode(chunk, spec, key=plan.key)
 
 
 def _stored_as_is(pipeline: CodecPipeline, spec: ChunkSpec) -> bool:
@@ -233,13 +234,7 @@ def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         )
         chunk = _merged(codec.chunk_shape, full_size, projection, value[projection.out_selection], encoded.get(inner),
                         lambda raw: codec.codecs.decode(raw, inner_spec, key=name), handle.fill_value, spec.dtype)  # fmt: skip
-        if (not chunk.flags.c_contiguous and chunk.dtype == inner_spec.dtype and chunk.dtype.itemsize
-                and not chunk.dtype.hasobject and chunk.dtype.kind != "T"):  # fmt: skip
-            # gathered once, into this thread's scratch: checked for fill and encoded from there
-            # (a fresh copy per inner chunk, and a fill check of the strided piece, cost 20 us more each)
-            gathered = scratch_array(inner_spec.shape, inner_spec.dtype)
-            np.copyto(gathered, chunk)
-            chunk = gathered
+        chunk = _gathered(codec.codecs, inner_spec, chunk)
         if not handle.write_empty_chunks and is_all_fill(chunk, handle.fill_value):
             return None
         return codec.codecs.encode(chunk, inner_spec, key=plan.key)
@@ -253,11 +248,16 @@ def _build_shard(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
     return codec.assemble(encoded, spec) if encoded else None
 
 
-def _scratch_for(pipeline: CodecPipeline, spec: ChunkSpec, chunk: np.ndarray) -> np.ndarray | None:
-    """The thread's scratch buffer to gather a strided chunk into before encoding it, if needed."""
+def _gathered(pipeline: CodecPipeline, spec: ChunkSpec, chunk: np.ndarray) -> np.ndarray:
+    """``chunk``, gathered into the thread's scratch buffer when it is a strided piece its one
+    compressor would read from contiguous memory: checked for fill and encoded from there, never
+    from a fresh copy (a fresh copy per 64 KiB inner chunk and a fill check of the strided piece
+    cost 20 us more each). The result is only valid until this thread's next chunk."""
     if chunk.flags.c_contiguous or chunk.dtype != spec.dtype or not pipeline.decodes_into(spec):
-        return None
-    return scratch_array(spec.shape, spec.dtype)
+        return chunk
+    gathered = scratch_array(spec.shape, spec.dtype)
+    np.copyto(gathered, chunk)
+    return gathered
 
 
 def trim_past_edge(handle: ArrayHandle, chunk_coords: list[tuple[int, ...]]) -> tuple[dict[str, bytes], list[str]]:
