@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import zarrx
-from zarrx.codecs import BytesCodec, ChunkSpec, Crc32cCodec, GzipCodec, ShardingCodec, TransposeCodec, ZstdCodec
+from zarrx.codecs import BloscCodec, BytesCodec, ChunkSpec, Crc32cCodec, GzipCodec, ShardingCodec, TransposeCodec, ZstdCodec
 from zarrx.codecs.crc32c import crc32c
 from zarrx.dtypes import resolve_data_type
 from zarrx.errors import ChunkDecodeError, MetadataError
@@ -209,6 +209,23 @@ def test_missing_shards_and_empty_inner_chunks_read_as_fill():
     expected[0, 0] = 1.0
     assert_same(array[...], expected)
     assert_same(array[1:3, 1:3], expected[1:3, 1:3])
+
+
+@pytest.mark.parametrize("shards", [None, (4, 6)])
+@pytest.mark.parametrize("where", ["memory", "folder"])
+def test_whole_chunks_side_by_side_land_in_place(tmp_path, where, shards):
+    """Whole (inner) chunks next to each other along the last dimension are decoded into a run and
+    put in place with one copy (ChunkDecoder.put_many). A run ends at a new row of chunks, at the
+    next shard (which starts where the last run stopped, two rows higher) and at a partial chunk;
+    an absent one goes in place alone. Every value lands where it belongs."""
+    store = MemoryStore() if where == "memory" else str(tmp_path / "a.zarr")
+    array = zarrx.create_array(store, shape=(6, 14), chunks=(2, 3), shards=shards, dtype="int32", fill_value=-1,
+                               compressors=[BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")])  # fmt: skip
+    expected = np.arange(84, dtype="int32").reshape(6, 14)
+    expected[0:2, 0:3] = -1  # a chunk of fill values: not stored
+    array[...] = expected
+    for selection in [..., (slice(1, 5), slice(2, 13)), (slice(None), slice(3, 12)), (slice(4, 6),), (slice(0, 2), slice(6, 14))]:
+        assert_same(array[selection], expected[selection])
 
 
 # -- writes ------------------------------------------------------------------------------------

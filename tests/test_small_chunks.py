@@ -332,6 +332,47 @@ def test_the_pipeline_places_chunks_of_any_rank(tmp_path, monkeypatch, shape, ch
     assert calls  # through the pipeline
 
 
+@pytest.mark.parametrize("dtype", ["u1", "<u2", ">f8", "c8", "M8[s]", "S3", [("a", "u1"), ("b", "<i4")]])
+def test_values_copied_as_rows_of_bytes(dtype):
+    """copy_values moves a chunk of many short rows (here 512 and more) as rows of bytes, between
+    strided pieces of larger arrays, exactly as NumPy's assignment would; the rest untouched."""
+    from zarrx.scratch import MIN_BYTE_ROWS, copy_values
+
+    rng = np.random.default_rng(5)
+    big = np.frombuffer(rng.bytes(40 * 64 * 12 * np.dtype(dtype).itemsize), dtype=dtype).reshape(40, 64, 12)
+    for source in (big[:16, :32, 2:7], big[:32:2, 1:33, :3].copy()):
+        assert source.size >= MIN_BYTE_ROWS * source.shape[-1]
+        out = np.zeros((20, 70, 9), dtype)
+        expected = out.copy()
+        expected[3:19, 5:37, 1 : 1 + source.shape[-1]] = source
+        copy_values(out[3:19, 5:37, 1 : 1 + source.shape[-1]], source)
+        assert out.tobytes() == expected.tobytes()
+
+
+def test_whole_chunks_decoded_in_runs_go_where_they_belong():
+    """ChunkDecoder.put_many decodes whole chunks side by side along the last dimension into one
+    run, put in place by one copy. In the order a sharded array's inner chunks come (two shards of
+    2 x 2 chunks side by side), the next shard's first chunk starts where the run before stopped,
+    in other rows: a new run. An absent chunk goes in place alone; the last run at the end."""
+    from zarrx.io.decode import ChunkDecoder
+
+    array = zarrx.create_array({}, shape=(4, 12), chunks=(2, 3), dtype="i4", fill_value=-1,
+                               compressors=[{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 1}}])  # fmt: skip
+    handle = array.handle
+    data = np.arange(48, dtype="i4").reshape(4, 12)
+    order = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3), (1, 2), (1, 3)]
+    items = []
+    for row, column in order:
+        where = (slice(2 * row, 2 * row + 2), slice(3 * column, 3 * column + 3))
+        raw = None if (row, column) == (1, 3) else handle.pipeline.encode(data[where].copy(), handle.spec, key="c")
+        items.append((raw, "c", where, None, (row, column)))
+    out = np.full((4, 12), -99, "i4")
+    ChunkDecoder(handle.pipeline, handle.spec, out, -1, inner=True).put_many(items)
+    expected = data.copy()
+    expected[2:4, 9:12] = -1
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_side_by_side_chunks_go_into_a_strided_output(tmp_path):
     from zarrx.io.decode import ChunkDecoder
 

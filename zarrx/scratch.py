@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["scratch_array", "scratch_bytes", "kept_scratch_bytes", "release_scratch", "fresh_array", "values_are_bytes", "SCRATCH_BUDGET_BYTES",
+__all__ = ["scratch_array", "scratch_bytes", "kept_scratch_bytes", "release_scratch", "fresh_array", "values_are_bytes", "copy_values", "many_rows", "SCRATCH_BUDGET_BYTES",
            "MAX_KEPT_SCRATCH_BYTES", "MIN_SMALL_PAGE_BYTES"]  # fmt: skip
 
 #: per-thread scratch buffers, reused across calls so steady reads and writes touch warm memory
@@ -155,6 +155,44 @@ def values_are_bytes(dtype: np.dtype) -> bool:
     (True, False)
     """
     return dtype.kind in _FIXED_KINDS and not dtype.hasobject and dtype.itemsize > 0
+
+
+def copy_values(target: np.ndarray, source: np.ndarray) -> None:
+    """``target[...] = source``, for chunks moved between scratch buffers and the output.
+
+    Where both hold values that are their bytes (:func:`values_are_bytes`), of one data type and
+    shape, in :data:`MIN_BYTE_ROWS` rows or more contiguous along the last dimension, each row is
+    copied as one item of its bytes: NumPy's strided copy then runs its inner loop over the rows,
+    instead of one outer step per row. Measured, 400 chunks of 32**3 into a 256 x 512 x 512
+    output: 14 us a chunk instead of 21 for 2-byte values, 26 instead of 35 for 8-byte ones.
+
+    >>> out = np.zeros((4, 6), "u2"); copy_values(out[1:3, 2:5], np.arange(6, dtype="u2").reshape(2, 3))
+    >>> out[1:3].tolist()
+    [[0, 0, 0, 1, 2, 0], [0, 0, 3, 4, 5, 0]]
+    """
+    itemsize = target.itemsize
+    if (many_rows(source) and target.strides[-1] == itemsize == source.strides[-1] and target.dtype == source.dtype
+            and target.shape == source.shape and values_are_bytes(target.dtype)):  # fmt: skip
+        length = target.shape[-1] * itemsize
+        row = _row_types.get(length)
+        if row is None:  # (not ``or``: a data type without fields is false)
+            row = _row_types.setdefault(length, np.dtype((np.void, length)))
+        target, source = target.view(row), source.view(row)
+    target[...] = source
+
+
+def many_rows(values: np.ndarray) -> bool:
+    """Whether ``values`` has :data:`MIN_BYTE_ROWS` rows or more (see :func:`copy_values`)."""
+    return values.ndim > 1 and values.size >= MIN_BYTE_ROWS * values.shape[-1] > 0
+
+
+#: :func:`copy_values` copies rows as bytes from this many rows: fewer cost more in the views'
+#: making than the copy saves (a piece of 128 rows of 128 bytes: 2.0 us instead of 1.1)
+MIN_BYTE_ROWS = 512
+
+
+#: the data types of rows of each size in bytes, for copy_values
+_row_types: dict[int, np.dtype] = {}
 
 
 def fresh_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

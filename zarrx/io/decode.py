@@ -20,6 +20,7 @@ from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
 from zarrx.concurrency import map_concurrent, map_runs, scratch_array, scratch_bytes
+from zarrx.scratch import copy_values, many_rows
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
@@ -116,6 +117,8 @@ class ChunkDecoder:
         self.inner = inner
         self.threaded = worth_threads(spec)
         self.decodes_into = pipeline.decodes_into(spec)
+        #: whole chunks :meth:`put_many` decodes side by side before putting them in place together
+        self.per_run = chunks_per_run(spec)
         #: the pipeline decodes many chunks in one call (:meth:`put_decoded`); not per-chunk specs
         self.decodes_many = spec_of is None and spec.nbytes is not None and pipeline.decodes_many(spec)
         self.direct_out = (
@@ -169,7 +172,7 @@ class ChunkDecoder:
             self.pipeline.decode(raw, spec, f"{key} inner chunk {coords}")
             raise
         if chunk is not target:
-            out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
+            _put(out, out_selection, chunk if chunk_selection is None else chunk[chunk_selection])
 
     def put_rows(self, rows: Iterable[ChunkRow], read: Callable[[str], Any]) -> None:
         """Read each row's chunk with ``read``, decode it and put it in place (see :meth:`put_many`)."""
@@ -195,7 +198,7 @@ class ChunkDecoder:
             for index, position in enumerate(present):
                 _, _, out_selection, chunk_selection = rows[position]
                 if chunk_selection is not None:
-                    out[out_selection] = chunks[index][chunk_selection]
+                    _put(out, out_selection, chunks[index][chunk_selection])
                     continue
                 last = out_selection[-1]
                 if index == end and last.start == stop and out_selection[:-1] == lead:
@@ -218,15 +221,24 @@ class ChunkDecoder:
     def put_many(self, items: Iterable[Item]) -> None:
         """:meth:`put` each ``(raw, key, out_selection, chunk_selection, coords)`` on this thread:
         the loop of small-chunk and shard reads, with this thread's scratch buffer and the
-        pipeline's one direct codec (when it has one) called without a pipeline step per chunk."""
+        pipeline's one direct codec (when it has one) called without a pipeline step per chunk.
+        Whole chunks side by side along the output's last dimension are decoded into a run of
+        :attr:`per_run` slots of the scratch buffer and put in place by one copy: one hand-over
+        of the GIL for the run instead of one per chunk (a sharded read of 1 GiB in 32**3
+        inner chunks: 0.87-0.91 s instead of 0.92-0.98)."""
         spec, out, fill_value, put, inner = self.spec, self.out, self.fill_value, self.put, self.inner
         direct = None if self.spec_of is not None else self.pipeline.direct_codec(spec)
         if direct is not None:
-            scratch = scratch_array(spec.shape, spec.dtype)
-            scratch_view = scratch.reshape(-1).view(np.uint8)
+            # whole chunks side by side along the output's last dimension are decoded into the
+            # slots of a run and put in place together (:func:`_put_side_by_side`)
+            per_run = self.per_run
+            slots = scratch_array((per_run, *spec.shape), spec.dtype)
+            slot_bytes, slot_size = slots.reshape(-1).view(np.uint8), slots.nbytes // per_run
         read_into_out, nbytes = self.read_into_out, spec.nbytes
         part = view = None  # the part of a shard read ahead the last pieces were in, its bytes
         taken = 0  # pieces of it decoded here
+        run = stop = 0  # chunks decoded into slots[:run], not yet in place, whose piece ends at ``stop``
+        lead: tuple[Any, ...] = ()  # and is out[(*lead, slice(..., stop))]
         for raw, key, out_selection, chunk_selection, coords in items:
             if type(raw) is SpanPiece:
                 if raw.part is not part:
@@ -251,16 +263,27 @@ class ChunkDecoder:
             elif direct is None or (chunk_selection is None and self.direct_out):
                 put(raw, key, out_selection, chunk_selection, coords)
             else:
+                last = out_selection[-1] if chunk_selection is None and out_selection else None
+                if run and (run == per_run or last is None or last.start != stop or out_selection[:-1] != lead):
+                    _put_side_by_side(out, slots[:run], lead, stop)
+                    run = 0
+                target = slot_bytes[run * slot_size : (run + 1) * slot_size]
                 try:
-                    decoded = direct.decode_where(raw, scratch_view)
+                    decoded = direct.decode_where(raw, target)
                 except Exception as error:
                     raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
-                chunk = scratch if decoded is scratch_view else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
-                out[out_selection] = chunk if chunk_selection is None else chunk[chunk_selection]
+                if decoded is target and last is not None:
+                    lead, stop = (out_selection[:-1], last.stop) if not run else (lead, last.stop)
+                    run += 1
+                else:
+                    chunk = slots[run, ...] if decoded is target else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
+                    _put(out, out_selection, chunk if chunk_selection is None else chunk[chunk_selection])
             # let this chunk's bytes go before the next are read: holding two large values at once
             # makes the allocator hand out fresh memory each time (22k page faults reading 128
             # chunks of 2 MiB, 25% of the read's time)
             raw = decoded = chunk = None
+        if run:
+            _put_side_by_side(out, slots[:run], lead, stop)
         if part is not None:
             part.reads.done(part, taken)
 
@@ -276,6 +299,27 @@ class ChunkDecoder:
             map_runs(self.put_many, items, caller_works=caller_can_work(self.pipeline))
 
 
+#: whole chunks :meth:`ChunkDecoder.put_many` decodes side by side before one copy puts them in
+#: place, up to this many bytes of them (a copy per chunk: two hand-overs of the GIL a chunk)
+RUN_BYTES = 2**20
+#: and up to this many
+MAX_RUN = 16
+
+
+def chunks_per_run(spec: ChunkSpec) -> int:
+    """How many chunks of ``spec`` a run of :meth:`ChunkDecoder.put_many` takes (1: no runs)."""
+    return max(1, min(MAX_RUN, RUN_BYTES // max(1, spec.nbytes or RUN_BYTES)))
+
+
+def _put(out: np.ndarray, out_selection: tuple[Any, ...], values: Any) -> None:
+    """``out[out_selection] = values``: by :func:`~zarrx.scratch.copy_values` where the selection
+    picks a view of ``out`` (slices and ints), the rows of a chunk copied as bytes."""
+    if type(values) is np.ndarray and many_rows(values) and all(type(part) in (slice, int) for part in out_selection):
+        copy_values(out[(*out_selection, Ellipsis)], values)  # (a view even when all are ints)
+    else:
+        out[out_selection] = values
+
+
 def _put_side_by_side(out: np.ndarray, chunks: np.ndarray, lead: tuple[Any, ...] | None, stop: int) -> None:
     """Put ``chunks`` (count, *chunk shape), whole chunks side by side along the last dimension
     and ending at ``stop`` there, at ``out[(*lead, ...)]``, in one copy: the output's piece, its
@@ -289,7 +333,7 @@ def _put_side_by_side(out: np.ndarray, chunks: np.ndarray, lead: tuple[Any, ...]
     if not np.may_share_memory(pieces, out):  # (never expected: a copy would lose the values)
         raise RuntimeError("internal error: the output's piece could not be viewed chunk by chunk")
     rank = chunks.ndim - 1
-    pieces[...] = chunks.transpose((*range(1, rank), 0, rank))  # np.moveaxis(chunks, 0, -2), 20x cheaper
+    copy_values(pieces, chunks.transpose((*range(1, rank), 0, rank)))  # np.moveaxis(chunks, 0, -2), 20x cheaper
 
 
 def _contiguous_piece(chunk_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:

@@ -40,6 +40,7 @@ from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
 from zarrx.concurrency import call_threads, count_setting, map_runs, scratch_array, writes_behind
+from zarrx.scratch import copy_values
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
 from zarrx.io.handle import ArrayHandle
@@ -201,7 +202,7 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         # files are written from it)
         if stored_at_once and not chunk.flags.c_contiguous:
             gathered = scratch_array(spec.shape, spec.dtype)
-            np.copyto(gathered, chunk)
+            copy_values(gathered, chunk)
             chunk = gathered
         return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key)
@@ -256,7 +257,7 @@ def _gathered(pipeline: CodecPipeline, spec: ChunkSpec, chunk: np.ndarray) -> np
     if chunk.flags.c_contiguous or chunk.dtype != spec.dtype or not pipeline.decodes_into(spec):
         return chunk
     gathered = scratch_array(spec.shape, spec.dtype)
-    np.copyto(gathered, chunk)
+    copy_values(gathered, chunk)
     return gathered
 
 
