@@ -111,3 +111,30 @@ def test_a_chunk_file_of_the_wrong_size_is_a_decode_error_not_garbage(tmp_path):
     chunk.write_bytes(chunk.read_bytes()[:-2])
     with pytest.raises(ChunkDecodeError, match="c/1/0"):
         array[...]
+
+
+@pytest.mark.parametrize("shape, chunks", [((32, 128, 192), (16, 32, 64)), ((4, 512, 384), (1, 256, 128))],
+                         ids=["planes", "rows of one plane"])  # fmt: skip
+def test_whole_chunks_go_into_a_strided_output_in_ranges_each_put_in_place_by_its_reader(tmp_path, monkeypatch, shape, chunks):
+    """An uncompressed chunk of two ranges or more whose piece of the output is strided is read in
+    ranges that are blocks of it (slices along its first dimension, or along the second where one
+    slice of the first is more than a range), each copied into place on the I/O thread that read
+    it; inside a task (one request at a time) it is read whole, then copied."""
+    import threading
+
+    import zarrx.io.decode as decode
+    from zarrx.concurrency import IO_THREAD_NAME
+
+    monkeypatch.setattr(decode, "IO_RANGE_BYTES", 2048)
+    values = np.arange(np.prod(shape), dtype="<u2").reshape(shape)
+    array = _create(tmp_path / "a.zarr", values, chunks=chunks, compressors=None)
+    copied_on = []
+    copy_values = decode.copy_values
+    monkeypatch.setattr(decode, "copy_values", lambda target, source: copied_on.append(threading.current_thread().name)
+                        or copy_values(target, source))  # fmt: skip
+    np.testing.assert_array_equal(zarrx.open_array(tmp_path / "a.zarr")[...], values)
+    assert any(name.startswith(IO_THREAD_NAME) for name in copied_on)
+    copied_on.clear()
+    with task_threads(1):
+        np.testing.assert_array_equal(array[2:, 5:], values[2:, 5:])
+    assert not any(name.startswith(IO_THREAD_NAME) for name in copied_on)

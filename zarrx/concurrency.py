@@ -136,8 +136,9 @@ def call_io_depth() -> int:
 def map_io(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``[function(item) for item in items]`` with up to :func:`call_io_depth` of them in flight:
     on the I/O pool, the calling thread taking its share. For work that waits on a device (a
-    range of a file) and does no decoding: it never takes a thread of the CPU pool, and any
-    thread -- a pool worker decoding the chunk it reads among them -- may call it.
+    range of a file) and does no decoding -- at most a copy of what it read, which lets go of the
+    GIL: it never takes a thread of the CPU pool, and any thread -- a pool worker decoding the
+    chunk it reads among them -- may call it.
 
     Examples
     --------

@@ -10,6 +10,7 @@ only to check it (``zarrx verify``): a shard one inner chunk at a time.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
@@ -19,12 +20,13 @@ from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
-from zarrx.concurrency import map_concurrent, map_runs, scratch_array, scratch_bytes
+from zarrx.concurrency import call_io_depth, map_concurrent, map_io, map_runs, scratch_array, scratch_bytes
 from zarrx.scratch import copy_values, many_rows
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
 from zarrx.io.spans import SpanPiece
+from zarrx.storage.local import IO_RANGE_BYTES
 from zarrx.storage.store import RangeReader
 
 __all__ = [
@@ -66,6 +68,30 @@ def _read_stored(stored: StoredRange, key: str, coords: tuple[int, ...], inner: 
             "(it was cut short in place while being read)"
         )
     return view
+
+
+def _read_in_ranges(stored: StoredRange, key: str, coords: tuple[int, ...], inner: bool, target: np.ndarray) -> None:
+    """A whole chunk stored as its values are in memory, into ``target``, its strided piece of the
+    output: read in ranges of about :data:`~zarrx.storage.local.IO_RANGE_BYTES` that are blocks of
+    the chunk (whole slices along one dimension), up to :func:`~zarrx.concurrency.call_io_depth`
+    in flight on the I/O pool, each put in place by the thread that read it. The copies overlap
+    the reads still in flight, and no thread holds the whole chunk: 1 GiB in 32 MiB chunks read
+    cold in 0.83-0.94 s instead of 0.97-1.21 s, where each chunk was read whole, then copied."""
+    shape, dtype = target.shape, target.dtype
+    axis = next(axis for axis in range(len(shape)) if math.prod(shape[axis + 1 :]) * dtype.itemsize <= IO_RANGE_BYTES)
+    block = math.prod(shape[axis + 1 :]) * dtype.itemsize  # the bytes of one slice along ``axis``
+    step = max(1, IO_RANGE_BYTES // block)
+    ranges = [(lead, first) for lead in np.ndindex(*shape[:axis]) for first in range(0, shape[axis], step)]
+
+    def read_range(where: tuple[tuple[int, ...], int]) -> None:
+        lead, first = where
+        last = min(shape[axis], first + step)
+        offset = stored.start + int(np.ravel_multi_index((*lead, first), shape[: axis + 1])) * block
+        view = _read_stored(StoredRange(stored.value, offset, offset + (last - first) * block), key, coords, inner)
+        values = np.frombuffer(view, dtype).reshape(last - first, *shape[axis + 1 :])
+        copy_values(target[(*lead, slice(first, last))], values)
+
+    map_io(read_range, ranges)
 
 
 def stored_as_in_memory(pipeline: CodecPipeline, spec: ChunkSpec) -> bool:
@@ -129,6 +155,12 @@ class ChunkDecoder:
         self.read_into_out = (
             spec_of is None and out.flags.c_contiguous and out.flags.writeable and out.dtype == spec.dtype
             and _contiguous_piece(spec.shape, out.shape) and stored_as_in_memory(pipeline, spec)
+        )  # fmt: skip
+        #: whole chunks this large, stored as in memory, go into a strided piece of ``out`` in
+        #: ranges, each put in place by the I/O thread that read it (:func:`_read_in_ranges`)
+        self.read_in_ranges = (
+            spec_of is None and spec.nbytes is not None and spec.nbytes >= 2 * IO_RANGE_BYTES and out.dtype == spec.dtype
+            and stored_as_in_memory(pipeline, spec)
         )  # fmt: skip
 
     def run(self, function: Callable[[T], None], items: Sequence[T]) -> None:
@@ -234,7 +266,7 @@ class ChunkDecoder:
             per_run = self.per_run
             slots = scratch_array((per_run, *spec.shape), spec.dtype)
             slot_bytes, slot_size = slots.reshape(-1).view(np.uint8), slots.nbytes // per_run
-        read_into_out, nbytes = self.read_into_out, spec.nbytes
+        read_into_out, read_in_ranges, nbytes = self.read_into_out, self.read_in_ranges, spec.nbytes
         part = view = None  # the part of a shard read ahead the last pieces were in, its bytes
         taken = 0  # pieces of it decoded here
         run = stop = 0  # chunks decoded into slots[:run], not yet in place, whose piece ends at ``stop``
@@ -252,10 +284,13 @@ class ChunkDecoder:
                     raise part.reads.cut_short(raw, key, coords, len(view))
                 raw = view[start:end]
             elif type(raw) is StoredRange:
-                if read_into_out and chunk_selection is None and raw.end - raw.start == nbytes:
+                if (read_into_out or read_in_ranges) and chunk_selection is None and raw.end - raw.start == nbytes:
                     target = out[(*out_selection, Ellipsis)]
-                    if target.flags.c_contiguous:  # the chunk's bytes are its piece of the output
+                    if read_into_out and target.flags.c_contiguous:  # the chunk's bytes are its piece of the output
                         _read_stored(raw, key, coords, inner, memoryview(target.reshape(-1).view(np.uint8)))
+                        continue
+                    if read_in_ranges and call_io_depth() > 1:
+                        _read_in_ranges(raw, key, coords, inner, target)
                         continue
                 raw = _read_stored(raw, key, coords, inner)
             if raw is None:
