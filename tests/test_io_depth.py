@@ -138,3 +138,22 @@ def test_whole_chunks_go_into_a_strided_output_in_ranges_each_put_in_place_by_it
     with task_threads(1):
         np.testing.assert_array_equal(array[2:, 5:], values[2:, 5:])
     assert not any(name.startswith(IO_THREAD_NAME) for name in copied_on)
+
+
+def test_a_chunk_cut_short_while_its_ranges_are_read_is_an_error_naming_it(tmp_path, monkeypatch):
+    import zarrx.io.decode as decode
+    from zarrx.storage import LocalStore
+
+    from .test_opened_shards import Watched
+
+    class CutAfterFirstRange(Watched):
+        def after_readinto(self, value, start, found):
+            os.truncate(self.inner.local_path(value.key), 10)
+
+    monkeypatch.setattr(decode, "IO_RANGE_BYTES", 2048)
+    monkeypatch.setenv("ZARRX_IO_DEPTH", "2")  # the ranges after the first two start once it is cut
+    values = np.arange(32 * 64 * 128, dtype="<u2").reshape(32, 64, 128)
+    _create(tmp_path / "a.zarr", values, chunks=(16, 32, 64), compressors=None)
+    array = zarrx.open_array(CutAfterFirstRange(LocalStore(tmp_path / "a.zarr")))
+    with pytest.raises(ChunkDecodeError, match=r"chunk 'c/\d/\d/\d': the file ended at byte \d+ while reading its bytes .* cut short"):
+        array[...]

@@ -21,7 +21,7 @@ from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline, decode_failure
 from zarrx.errors import ChunkDecodeError
 from zarrx.concurrency import call_io_depth, map_concurrent, map_io, map_runs, scratch_array, scratch_bytes
-from zarrx.scratch import copy_values, many_rows
+from zarrx.scratch import MIN_BYTE_ROWS, copy_values, many_rows
 from zarrx.io.handle import ArrayHandle
 from zarrx.io.plan import ChunkRow
 from zarrx.io.selection import ChunkProjection
@@ -64,7 +64,7 @@ def _read_stored(stored: StoredRange, key: str, coords: tuple[int, ...], inner: 
         )
     if found != end - start:  # a whole chunk's file, of the size it had when it was opened
         raise ChunkDecodeError(
-            f"chunk {key!r}: the file ended at byte {start + found} while reading its {end} bytes "
+            f"chunk {key!r}: the file ended at byte {start + found} while reading its bytes [{start}, {end}) "
             "(it was cut short in place while being read)"
         )
     return view
@@ -266,6 +266,7 @@ class ChunkDecoder:
             per_run = self.per_run
             slots = scratch_array((per_run, *spec.shape), spec.dtype)
             slot_bytes, slot_size = slots.reshape(-1).view(np.uint8), slots.nbytes // per_run
+            first_slot = slot_bytes[:slot_size]
         read_into_out, read_in_ranges, nbytes = self.read_into_out, self.read_in_ranges, spec.nbytes
         part = view = None  # the part of a shard read ahead the last pieces were in, its bytes
         taken = 0  # pieces of it decoded here
@@ -302,7 +303,7 @@ class ChunkDecoder:
                 if run and (run == per_run or last is None or last.start != stop or out_selection[:-1] != lead):
                     _put_side_by_side(out, slots[:run], lead, stop)
                     run = 0
-                target = slot_bytes[run * slot_size : (run + 1) * slot_size]
+                target = slot_bytes[run * slot_size : (run + 1) * slot_size] if run else first_slot
                 try:
                     decoded = direct.decode_where(raw, target)
                 except Exception as error:
@@ -349,7 +350,8 @@ def chunks_per_run(spec: ChunkSpec) -> int:
 def _put(out: np.ndarray, out_selection: tuple[Any, ...], values: Any) -> None:
     """``out[out_selection] = values``: by :func:`~zarrx.scratch.copy_values` where the selection
     picks a view of ``out`` (slices and ints), the rows of a chunk copied as bytes."""
-    if type(values) is np.ndarray and many_rows(values) and all(type(part) in (slice, int) for part in out_selection):
+    if (type(values) is np.ndarray and values.size >= MIN_BYTE_ROWS and many_rows(values)
+            and all(type(part) in (slice, int) for part in out_selection)):  # fmt: skip
         copy_values(out[(*out_selection, Ellipsis)], values)  # (a view even when all are ints)
     else:
         out[out_selection] = values
