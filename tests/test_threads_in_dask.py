@@ -252,6 +252,9 @@ def test_a_task_gives_its_scratch_to_the_next_task_on_another_thread():
 
 
 def test_scratch_accounting_follows_threads_that_end():
+    import gc
+
+    gc.collect()  # buffers of threads that earlier tests ended, uncounted now and not below
     before = concurrency.kept_scratch_bytes()
 
     def use() -> None:
@@ -261,8 +264,6 @@ def test_scratch_accounting_follows_threads_that_end():
     thread.start()
     thread.join()
     del thread
-    import gc
-
     gc.collect()
     assert concurrency.kept_scratch_bytes() == before  # the ended thread's buffer is freed and uncounted
 
