@@ -89,6 +89,18 @@ def test_reads_in_parts_equal_the_data_and_the_inner_chunk_path(tmp_path, monkey
     np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[selection], in_parts)
 
 
+def test_a_read_in_parts_plans_its_first_shard_alone(tmp_path, monkeypatch):
+    """The decoders start on the first shard while the rest of its group (here all 12 shards) is
+    planned on the I/O pool."""
+    _sharded(tmp_path)
+    planned = []
+    plan = zarrx.io.shards._opened_shard_items
+    monkeypatch.setattr(zarrx.io.shards, "_opened_shard_items",
+                        lambda handle, part, **options: planned.append(len(part)) or plan(handle, part, **options))  # fmt: skip
+    np.testing.assert_array_equal(zarrx.open_array(str(tmp_path))[...], _data())
+    assert planned == [1, 11]
+
+
 def test_only_reads_of_8_mib_decoded_or_more_go_in_parts(tmp_path, monkeypatch):
     monkeypatch.undo()
     _sharded(tmp_path)

@@ -110,9 +110,14 @@ def _read_opened(handle: ArrayHandle, part: list[_Shard], fetcher: Fetcher, open
                  decoder: ChunkDecoder, in_parts: bool) -> None:  # fmt: skip
     """Read the shards of ``part`` (one batch) from their open files: planned in groups of about
     :data:`PLAN_AHEAD_PIECES` inner chunks, the next group planned on the I/O pool (its shards
-    opened, their indexes read, their parts started) while the decoders decode the one before."""
+    opened, their indexes read, their parts started) while the decoders decode the one before.
+    A read in parts plans its first shard alone: the decoders start on it while the rest of its
+    group is planned (planning a first group of four shards took 15-35 ms of a 1 GiB read, cold
+    or warm, with no decoding begun)."""
     spans = SpanReads() if in_parts and not fetcher.dry else None
     groups = list(split_batches(part, lambda shard: shard[4], PLAN_AHEAD_PIECES))
+    if spans is not None and len(groups[0]) > 1:
+        groups[:1] = [groups[0][:1], groups[0][1:]]
     plan = functools.partial(_opened_shard_items, handle, fetcher=fetcher, open_value=open_value, decoder=decoder,
                              in_parts=in_parts, spans=spans)  # fmt: skip
     ahead = not fetcher.dry and len(groups) > 1 and call_io_depth() > 1
