@@ -334,18 +334,19 @@ def test_the_pipeline_places_chunks_of_any_rank(tmp_path, monkeypatch, shape, ch
 
 @pytest.mark.parametrize("dtype", ["u1", "<u2", ">f8", "c8", "M8[s]", "S3", [("a", "u1"), ("b", "<i4")]])
 def test_values_copied_as_rows_of_bytes(dtype):
-    """copy_values moves a chunk of many short rows (here 512 and more) as rows of bytes, between
-    strided pieces of larger arrays, exactly as NumPy's assignment would; the rest untouched."""
+    """copy_values moves a chunk of many short rows (here 1,024 and more) as rows of bytes,
+    between strided pieces of larger arrays, exactly as NumPy's assignment would; the rest untouched."""
     from zarrx.scratch import MIN_BYTE_ROWS, copy_values
 
     rng = np.random.default_rng(5)
     big = np.frombuffer(rng.bytes(40 * 64 * 12 * np.dtype(dtype).itemsize), dtype=dtype).reshape(40, 64, 12)
-    for source in (big[:16, :32, 2:7], big[:32:2, 1:33, :3].copy()):
+    for source in (big[:32, :40, 2:7], big[:, 1:33, :3].copy()):
         assert source.size >= MIN_BYTE_ROWS * source.shape[-1]
-        out = np.zeros((20, 70, 9), dtype)
+        out = np.zeros((48, 70, 9), dtype)
         expected = out.copy()
-        expected[3:19, 5:37, 1 : 1 + source.shape[-1]] = source
-        copy_values(out[3:19, 5:37, 1 : 1 + source.shape[-1]], source)
+        where = np.s_[3 : 3 + source.shape[0], 5 : 5 + source.shape[1], 1 : 1 + source.shape[-1]]
+        expected[where] = source
+        copy_values(out[where], source)
         assert out.tobytes() == expected.tobytes()
 
 
