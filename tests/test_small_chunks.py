@@ -350,18 +350,24 @@ def test_values_copied_as_rows_of_bytes(dtype):
         assert out.tobytes() == expected.tobytes()
 
 
-def test_whole_chunks_decoded_in_runs_go_where_they_belong():
+@pytest.mark.parametrize("max_run", [16, 2], ids=["runs end at a row or shard", "full runs too"])
+def test_whole_chunks_decoded_in_runs_go_where_they_belong(monkeypatch, max_run):
     """ChunkDecoder.put_many decodes whole chunks side by side along the last dimension into one
     run, put in place by one copy. In the order a sharded array's inner chunks come (two shards of
     2 x 2 chunks side by side), the next shard's first chunk starts where the run before stopped,
-    in other rows: a new run. An absent chunk goes in place alone; the last run at the end."""
+    in other rows: a new run. An absent chunk goes in place alone; the last run at the end; a
+    full run (here of 2) at once."""
+    import zarrx.io.decode
     from zarrx.io.decode import ChunkDecoder
+
+    monkeypatch.setattr(zarrx.io.decode, "MAX_RUN", max_run)
 
     array = zarrx.create_array({}, shape=(4, 12), chunks=(2, 3), dtype="i4", fill_value=-1,
                                compressors=[{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 1}}])  # fmt: skip
     handle = array.handle
     data = np.arange(48, dtype="i4").reshape(4, 12)
-    order = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3), (1, 2), (1, 3)]
+    order = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3), (1, 2), (1, 3)] if max_run > 2 else [
+        (row, column) for row in range(2) for column in range(4)]  # fmt: skip
     items = []
     for row, column in order:
         where = (slice(2 * row, 2 * row + 2), slice(3 * column, 3 * column + 3))

@@ -300,7 +300,7 @@ class ChunkDecoder:
                 put(raw, key, out_selection, chunk_selection, coords)
             else:
                 last = out_selection[-1] if chunk_selection is None and out_selection else None
-                if run and (run == per_run or last is None or last.start != stop or out_selection[:-1] != lead):
+                if run and (last is None or last.start != stop or out_selection[:-1] != lead):
                     _put_side_by_side(out, slots[:run], lead, stop)
                     run = 0
                 target = slot_bytes[run * slot_size : (run + 1) * slot_size] if run else first_slot
@@ -308,9 +308,12 @@ class ChunkDecoder:
                     decoded = direct.decode_where(raw, target)
                 except Exception as error:
                     raise decode_failure(f"{key} inner chunk {coords}" if inner else key, direct, error) from error
-                if decoded is target and last is not None:
+                if decoded is target and last is not None and per_run > 1:
                     lead, stop = (out_selection[:-1], last.stop) if not run else (lead, last.stop)
                     run += 1
+                    if run == per_run:  # in place while its values are in the cache
+                        _put_side_by_side(out, slots[:run], lead, stop)
+                        run = 0
                 else:
                     chunk = slots[run, ...] if decoded is target else np.frombuffer(decoded, spec.dtype).reshape(spec.shape)
                     _put(out, out_selection, chunk if chunk_selection is None else chunk[chunk_selection])
