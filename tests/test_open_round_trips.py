@@ -27,8 +27,9 @@ from zarrx.tools.display import tree_text
 
 from tests.counting import Wrapping
 
-#: how long each listing takes (long enough for listings sent together to overlap on a loaded machine)
-LISTING_SECONDS = 0.02
+#: how long each listing takes: long enough for listings sent together to overlap on a loaded machine
+#: (at 20 ms, 20 listings a level once took more than one round: their threads started that late)
+LISTING_SECONDS = 0.1
 
 
 class RemoteLike(Wrapping):
