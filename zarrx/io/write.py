@@ -201,9 +201,7 @@ def _build_chunk(handle: ArrayHandle, plan: ObjectPlan, value: np.ndarray, old: 
         # is a strided piece), not copied into new bytes again (stores copy what they keep; local
         # files are written from it)
         if stored_at_once and not chunk.flags.c_contiguous:
-            gathered = scratch_array(spec.shape, spec.dtype)
-            copy_values(gathered, chunk)
-            chunk = gathered
+            chunk = _into_scratch(spec, chunk)
         return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
     return pipeline.encode(chunk, spec, key=plan.key)
 
@@ -256,6 +254,11 @@ def _gathered(pipeline: CodecPipeline, spec: ChunkSpec, chunk: np.ndarray) -> np
     cost 20 us more each). The result is only valid until this thread's next chunk."""
     if chunk.flags.c_contiguous or chunk.dtype != spec.dtype or not pipeline.decodes_into(spec):
         return chunk
+    return _into_scratch(spec, chunk)
+
+
+def _into_scratch(spec: ChunkSpec, chunk: np.ndarray) -> np.ndarray:
+    """``chunk`` copied into this thread's scratch buffer (valid until the thread's next chunk)."""
     gathered = scratch_array(spec.shape, spec.dtype)
     copy_values(gathered, chunk)
     return gathered
