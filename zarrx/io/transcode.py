@@ -93,11 +93,10 @@ def transcode_step(source: ArrayHandle, target: ArrayHandle, box: tuple[slice, .
                                      objects, threaded, _unit(source)[1])  # fmt: skip
     else:
         results = [_object(source, target, keys[coords], stored[coords], threaded) for coords in objects]
-    keys = [keys[coords] for coords in objects]
-    to_store = {key: data for key, data in zip(keys, results) if data is not None}
+    to_store = {keys[coords]: data for coords, data in zip(objects, results) if data is not None}
     if to_store:
         target.store.set_many(to_store)
-    to_delete = [key for key, data in zip(keys, results) if data is None]
+    to_delete = [keys[coords] for coords, data in zip(objects, results) if data is None]
     if to_delete:
         target.store.delete_many(to_delete)
 
