@@ -6,9 +6,10 @@ build its indexes, one after another: on an object store each is a round trip of
 :class:`~zarrx.storage.PrefetchStore` that knows every stored object a whole read of each of them
 needs (planned by :mod:`zarrx.io.plan`): the first read of any of those keys fetches all of them
 in one batch, and later reads are answered from it, each as soon as its own value has arrived.
-Nothing is fetched until something is read, so arrays that are never read cost nothing -- unless
-the caller knows they will all be read and asks for the batch to ``start`` at once (an xarray open:
-the values come in while it builds its variables).
+Nothing is fetched until something is read, so arrays that are never read cost nothing. The
+reading thread waits for the whole batch: it is not sent from a pool thread while the caller goes
+on, because Python work beside it holds the GIL that the event loop reading the answers needs after
+every system call (a batch of 400 small answers took 3-5 times as long; docs/remote.md).
 
 The fetched values stay in memory as long as the returned arrays do; use it for what is read
 whole and is small (coordinates), not for data variables.
@@ -29,14 +30,13 @@ __all__ = ["read_together", "MAX_PREFETCH_BYTES"]
 MAX_PREFETCH_BYTES = 64 * 2**20
 
 
-def read_together(arrays: Sequence[Array], *, start: bool = False) -> list[Array]:
-    """The same arrays, read-only, whose stored objects all come in one batch on the first read
-    (with ``start``: sent at once, from a pool thread, in the order of ``arrays``).
+def read_together(arrays: Sequence[Array]) -> list[Array]:
+    """The same arrays, read-only, whose stored objects all come in one batch (in the order of
+    ``arrays``) on the first read of any of them.
 
     Arrays on different stores get one :class:`~zarrx.storage.PrefetchStore` per store, and
     those of one store more than one when they hold more than :data:`MAX_PREFETCH_BYTES` in all
-    (each batch fetched on the first read of one of its arrays, or all sent at once with
-    ``start``). A lone array, or one larger than
+    (each batch fetched on the first read of one of its arrays). A lone array, or one larger than
     that alone, is returned unchanged.
 
     Examples
@@ -65,8 +65,6 @@ def read_together(arrays: Sequence[Array], *, start: bool = False) -> list[Array
             for plan in plan_objects(array.handle, BasicIndexer(Ellipsis, array.shape, array.handle.io_chunk_shape))
         ))  # fmt: skip
         store = PrefetchStore(members[0].store, keys)
-        if start:
-            store.start()
         for position, array in zip(positions, members):
             result[position] = Array(store, array.path, array.metadata, read_only=True)
     return result

@@ -2,13 +2,14 @@
 
 :class:`PrefetchStore` is what :func:`zarrx.nodes.prefetch.read_together` puts under several small
 arrays (xarray's dimension coordinates) so that reading them costs one round trip, not one each.
-Nothing is fetched until something is read -- or until :meth:`PrefetchStore.start`, which sends
-the batch from a pool thread while the caller goes on (an open that knows it will read every
-index starts them coming while it builds its variables). Either way the batch is one
-:meth:`~zarrx.storage.Store.iter_many` call, in the order the keys were given, and each value is
-handed to its reader as soon as it arrives: the first index is decoded while the others are
-still on the wire. Other keys go to the wrapped store as usual. The fetched values stay in
-memory as long as the store does.
+Nothing is fetched until something is read: the first read fetches the batch in its own thread
+and returns once the whole batch is in. :meth:`PrefetchStore.start` sends it from a pool thread
+instead, while the caller goes on -- worth it only when the caller's work beside it mostly
+releases the GIL (NumPy, I/O): Python work holds it, and the event loop reading the answers of a
+remote store needs it after every system call (docs/remote.md). Either way the batch is one
+:meth:`~zarrx.storage.Store.iter_many` call, in the order the keys were given, and a reader in
+another thread gets each value as soon as it arrives. Other keys go to the wrapped store as
+usual. The fetched values stay in memory as long as the store does.
 """
 
 from __future__ import annotations

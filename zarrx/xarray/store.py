@@ -293,7 +293,7 @@ class ZarrxDataStore(AbstractDataStore):
         indexes = self._indexes
         if indexes is None or not self.cache_members:
             names = list(self.index_arrays())
-            indexes = dict(zip(names, read_together([arrays[name] for name in names], start=True)))
+            indexes = dict(zip(names, read_together([arrays[name] for name in names])))
         arrays.update((name, array) for name, array in indexes.items() if name in arrays)
         return MappingProxyType(
             {_variable_key(name, array): self.open_store_variable(name, array) for name, array in arrays.items()}
@@ -349,7 +349,7 @@ class ZarrxDataStore(AbstractDataStore):
 
 def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     """Give ``stores`` (the groups of a tree) their index arrays over one shared prefetch: the
-    first index xarray reads fetches the indexes of every group in one batch.
+    first index xarray reads fetches the indexes of every group in one batch, and waits for it.
 
     Examples
     --------
@@ -361,7 +361,7 @@ def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     ...     root.create_array(f"{group}/x", shape=(3,), dtype="i4", dimension_names=["x"])[:] = np.arange(3)
     >>> stores = [data_store for _, data_store in ZarrxDataStore(zarrx.open_group(store)).walk()]
     >>> store.reset()
-    >>> read_indexes_together(stores)  # sends the batch, while the caller goes on
+    >>> read_indexes_together(stores)  # nothing read yet
     >>> [data_store.get_variables()["x"].values.tolist() for data_store in stores[1:]]
     [[0, 1, 2], [0, 1, 2], [0, 1, 2]]
     >>> store.summary().rounds  # the three coordinates: one batch
@@ -369,8 +369,10 @@ def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     """
     stores = list(stores)
     indexes = [(store, name, array) for store in stores for name, array in store.index_arrays().items()]
-    # sent at once: the values come in while xarray decodes the groups, the first group's first
-    together = read_together([array for _, _, array in indexes], start=True)
+    # fetched by the first index read, in the opening thread, which waits for the whole batch:
+    # decoding the groups beside it would hold the GIL the event loop needs after every system
+    # call, and the batch would take several times as long (docs/remote.md)
+    together = read_together([array for _, _, array in indexes])
     for store in stores:
         store._indexes = {}
     for (store, name, _), array in zip(indexes, together):
