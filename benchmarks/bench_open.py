@@ -10,10 +10,9 @@ Each store is opened as a user would, ``xr.open_datatree(url, engine=..., chunks
 ``open_dataset``), from the folder itself, over :mod:`tests.http_server` in a process of its own
 adding ``--delay`` (20 ms) to every request (threaded, HTTP/1.1 keep-alive, backlog 128), and from
 moto's S3 server (:mod:`tests.s3_server`, no added delay). Every open runs in a **fresh process**
-(the libraries' imports done before the clock starts, and the full garbage collection they leave owed:
-an open that tips it pays 60-70 ms that a smaller one does not; no warm connections, no learned
-concurrency), the best of
-``--repeat`` runs (default 2), libraries interleaved.
+(the libraries' imports done before the clock starts, and the full garbage collection they leave
+owed: an open that tips it pays 60-70 ms that a smaller one does not; no warm connections, no
+learned concurrency), the best of ``--repeat`` runs (default 2), libraries interleaved.
 
 Reported per open: seconds; for zarrx the time it waited for the store and the **sequential
 request rounds** it made, counted by :class:`zarrx.storage.MetricsStore` (``summary().busy_seconds``,
