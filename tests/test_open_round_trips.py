@@ -20,7 +20,8 @@ import xarray as xr
 
 import zarrx
 import zarrx.xarray  # noqa: F401
-from zarrx.errors import ContainsGroupError
+from zarrx.errors import ContainsGroupError, StoreError
+from zarrx.nodes.hierarchy import expand_requests
 from zarrx.storage import MemoryStore, MetricsStore
 from zarrx.storage.staged import StagedStore, staged_writes
 from zarrx.tools.display import tree_text
@@ -30,29 +31,41 @@ from tests.counting import Wrapping
 #: how long each listing takes: long enough for listings sent together to overlap on a loaded machine
 #: (at 20 ms, 20 listings a level once took more than one round: their threads started that late)
 LISTING_SECONDS = 0.1
+#: how long each read takes, for the same reason: calls a walk sends side by side overlap
+READ_SECONDS = 0.05
 
 
 class RemoteLike(Wrapping):
-    """A memory store read as a remote one: batch calls only, listings that take a while, and
-    every key read recorded."""
+    """A memory store read as a remote one: batch calls only, listings and reads that take a
+    while, and every key read recorded (and every batch, in ``batches``)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, listing_seconds=None):
         super().__init__(inner)
         self.read: list[str] = []
+        self.batches: list[list[str]] = []
+        #: {prefix: seconds} for listings slower than LISTING_SECONDS; and when each listing began
+        self.listing_seconds = listing_seconds or {}
+        self.listed: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def list_dir(self, prefix):
-        time.sleep(LISTING_SECONDS)
+        with self._lock:
+            self.listed[prefix] = time.perf_counter()
+        time.sleep(self.listing_seconds.get(prefix, LISTING_SECONDS))
         return self.inner.list_dir(prefix)
 
     def get(self, key, byte_range=None):
         with self._lock:
             self.read.append(key)
+            self.batches.append([key])
+        time.sleep(READ_SECONDS)
         return self.inner.get(key, byte_range)
 
     def get_many(self, keys, *, max_size=None):
         with self._lock:
             self.read.extend(keys)
+            self.batches.append(list(keys))
+        time.sleep(READ_SECONDS)
         return self.inner.get_many(keys, max_size=max_size)
 
 
@@ -88,6 +101,12 @@ def _open_tree(store: MetricsStore, consolidated: bool, **kwargs) -> xr.DataTree
 
 
 # -- reading ---------------------------------------------------------------------------------------
+#: the longest chain of requests that wait for one another in an open without consolidated
+#: metadata: the root's document (its listing beside it), its children's documents, then for a
+#: group below: its listing, its children's documents, its indexes (two more for each deeper level)
+LISTED_CHAIN = 5
+
+
 @pytest.mark.parametrize("consolidated", [True, False], ids=["consolidated", "listed"])
 def test_opening_a_tree_takes_the_same_rounds_for_10_and_40_groups(consolidated):
     rounds = {}
@@ -97,12 +116,29 @@ def test_opening_a_tree_takes_the_same_rounds_for_10_and_40_groups(consolidated)
         opened = _open_tree(store, consolidated, chunks={})
         summary = store.summary()
         rounds[groups] = summary.rounds
-        # a round per call too: nothing is read group by group
-        assert summary["get_many"].calls <= 3 and summary["get"].calls <= 1, str(summary)
+        if consolidated:  # a round per call too: nothing is read group by group
+            assert summary["get_many"].calls <= 3 and summary["get"].calls <= 1, str(summary)
+        else:  # a call per group, side by side
+            assert summary["list_dir"].calls == groups + 1, str(summary)
         xr.testing.assert_identical(opened.compute(), tree)
-    # consolidated: the root document, then every index of every group in one batch; listed: the
-    # root document, two rounds per level (every listing at once, then all their documents), the indexes
-    assert rounds == ({10: 2, 40: 2} if consolidated else {10: 6, 40: 6})
+    # consolidated: the root document, then every index of every group in one batch; listed: each
+    # group is read as soon as it is found, beside the others, so the rounds are at most the chain
+    if consolidated:
+        assert rounds == {10: 2, 40: 2}
+    else:
+        assert rounds[10] == rounds[40] <= LISTED_CHAIN, rounds
+
+
+def test_a_group_is_read_as_soon_as_it_is_found_not_a_level_at_a_time():
+    # g0's listing is slow: the groups below g1 are read meanwhile, not after the whole level
+    memory = MemoryStore()
+    _tree(3, depth=2).zarrx.to_zarr(memory, mode="w", consolidated=False)
+    remote = RemoteLike(memory, listing_seconds={"g0/": 1.0})
+    opened = xr.open_datatree(MetricsStore(remote), engine="zarrx", consolidated=False)
+    assert remote.listed["g1/inner/"] < remote.listed["g0/"] + 0.5, remote.listed
+    assert remote.listed["g2/inner/"] < remote.listed["g0/"] + 0.5, remote.listed
+    assert remote.listed["g0/inner/"] > remote.listed["g0/"] + 1.0
+    xr.testing.assert_identical(opened, xr.open_datatree(memory, engine="zarrx", consolidated=False))
 
 
 def test_a_consolidated_tree_of_200_groups_opens_in_two_rounds():
@@ -117,21 +153,69 @@ def test_a_consolidated_tree_of_200_groups_opens_in_two_rounds():
         xr.testing.assert_identical(opened[name].to_dataset().compute(), tree[name].to_dataset())
 
 
-def test_each_level_of_nesting_adds_two_rounds_when_listed():
+def test_expand_requests_starts_each_call_as_soon_as_its_item_is_yielded():
+    began, ended = {}, {}
+
+    def call(n):
+        began[n] = time.perf_counter()
+        if n < 3:
+            yield n + 1
+            time.sleep(0.2)  # still running when its item's call begins
+        ended[n] = time.perf_counter()
+
+    expand_requests(call, [0], side_by_side=True)
+    assert sorted(began) == [0, 1, 2, 3]
+    assert all(began[n + 1] < ended[n] for n in range(3)), (began, ended)
+    order = []
+    expand_requests(lambda n: order.append(n) or ([2 * n + 1, 2 * n + 2] if n < 3 else []), [0], side_by_side=False)
+    assert order == [0, 1, 2, 3, 4, 5, 6]  # one after another, breadth first: 0 -> 1, 2; 1 -> 3, 4; 2 -> 5, 6
+
+
+def test_an_error_in_a_walk_is_raised_and_starts_nothing_after_it():
+    memory = MemoryStore()
+    _tree(30, depth=2).zarrx.to_zarr(memory, mode="w", consolidated=False)
+
+    class Failing(RemoteLike):
+        def list_dir(self, prefix):
+            if prefix == "g1/":
+                raise StoreError(f"{prefix}: the listing failed")
+            return super().list_dir(prefix)
+
+    remote = Failing(memory)
+    with pytest.raises(StoreError, match="g1/: the listing failed"):
+        xr.open_datatree(MetricsStore(remote), engine="zarrx", consolidated=False)
+    listed = len(remote.listed)
+    time.sleep(3 * LISTING_SECONDS)
+    assert len(remote.listed) == listed  # nothing goes on after the error was raised
+    # the groups listed before the failure came to light, not the whole tree: 30 groups and 30 inner ones
+    assert listed < 1 + 30 + 30
+
+
+def test_each_level_of_nesting_adds_at_most_two_rounds_when_listed():
     store = _written(_tree(12, depth=2), consolidated=False)
     _open_tree(store, False)
-    assert store.summary().rounds == 8
+    assert store.summary().rounds <= LISTED_CHAIN + 2, str(store.summary())
 
 
 @pytest.mark.parametrize("consolidated", [True, False], ids=["consolidated", "listed"])
 def test_open_groups_reads_every_groups_indexes_in_one_batch(consolidated):
-    store = _written(_tree(15), consolidated)
-    store.reset()
+    memory = MemoryStore()
+    _tree(15).zarrx.to_zarr(memory, mode="w", consolidated=consolidated)
+    remote = RemoteLike(memory)
+    store = MetricsStore(remote)
     groups = xr.open_groups(store, engine="zarrx", consolidated=consolidated)
     assert sorted(groups) == ["/", *sorted(f"/g{g}" for g in range(15))]
-    assert store.summary().rounds == (2 if consolidated else 6)
-    # the indexes were fetched in a single call holding all 30 of them
-    assert store.summary()["get_many"].requests - (0 if consolidated else 15 + 15 * 5) == 30
+    indexes = [batch for batch in remote.batches if any("/c/" in key for key in batch)]
+    if consolidated:
+        # the root's document, then the 30 indexes in a single call
+        assert store.summary().rounds == 2
+        assert [len(batch) for batch in indexes] == [30]
+    else:
+        # each group's two indexes in one call, sent as soon as the group's documents are in
+        assert store.summary().rounds <= LISTED_CHAIN
+        assert sorted(sorted(batch) for batch in indexes) == [[f"g{g}/time/c/0", f"g{g}/x/c/0"] for g in sorted(
+            range(15), key=lambda g: f"g{g}"
+        )]  # fmt: skip
 
 
 def test_an_open_reads_no_data_chunk_of_a_lazy_variable():
@@ -161,24 +245,26 @@ def test_a_dataset_opens_in_two_rounds_when_consolidated():
     xr.testing.assert_identical(opened.compute(), dataset)
 
 
-def test_group_members_walk_a_level_at_a_time():
+def test_group_members_read_each_group_as_soon_as_it_is_found():
     store = _written(_tree(20, depth=2), consolidated=False)
     store.reset()
-    root = zarrx.open_group(store, use_consolidated=False)
+    root = zarrx.open_group(store, use_consolidated=False)  # its listing beside its document
+    assert store.summary().rounds == 1
     members = root.members(max_depth=None)
-    assert store.summary().rounds == 1 + 2 * 3  # the root, then three levels of groups
+    # at most: the root's children's documents, then per level a listing and the documents
+    assert store.summary().rounds <= 1 + 1 + 2 * 2, str(store.summary())
+    assert store.summary()["list_dir"].calls == 1 + 20 + 20  # the root's listing was used
     consolidated = zarrx.open_group(store.inner.inner, use_consolidated=None)
     assert [name for name, _ in members] == [name for name, _ in consolidated.members(max_depth=None)] != []
     store.reset()
     assert [name for name, _ in root.members(max_depth=1)][:3] == ["g0", "g0/inner", "g0/time"]
-    assert store.summary().rounds == 4
+    assert store.summary().rounds <= 4 and store.summary()["list_dir"].calls == 1 + 20
 
 
-def test_tree_text_reads_a_level_at_a_time():
+def test_tree_text_reads_a_bounded_number_of_rounds():
     rounds = {}
     for groups in (10, 40):
         store = _written(_tree(groups, depth=2), consolidated=False)
-        store.reset()
         group = zarrx.open_group(store, use_consolidated=False)
         store.reset()
         assert group.tree().count("inner") == groups
@@ -186,8 +272,11 @@ def test_tree_text_reads_a_level_at_a_time():
         store.reset()
         assert tree_text(group).count("inner") == groups  # what `zarrx tree` prints, bounded
         rounds[groups, "zarrx tree"] = store.summary().rounds
-    # two rounds for each of three levels
-    assert rounds == {10: 6, 40: 6, (10, "zarrx tree"): 6, (40, "zarrx tree"): 6}
+    # group.tree() reads each group as soon as it is found (the root's listing was made beside its
+    # document): at most the root's children's documents, then a listing and the documents per
+    # level; `zarrx tree` reads a level at a time within its budget: two rounds for each of three
+    assert rounds[10] == rounds[40] <= 1 + 2 * 2, rounds
+    assert rounds[10, "zarrx tree"] == rounds[40, "zarrx tree"] == 6, rounds
 
 
 # -- writing ---------------------------------------------------------------------------------------

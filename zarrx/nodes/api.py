@@ -16,8 +16,10 @@ unless ``zarr_format=2``; nodes created from a v2 group are v2.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+from zarrx.concurrency import call_threads, start_beside
 from zarrx.errors import ContainsArrayError, ContainsGroupError, MetadataError, NodeNotFoundError, StoreError, StoreTypeError
 from zarrx.metadata.node import ConsolidatedMetadata, decode_json, encode_json
 from zarrx.metadata.protocol import GroupMetadataLike, NodeMetadata
@@ -112,8 +114,10 @@ def open_group(
     A read-only group (mode ``r``) with consolidated metadata (v3 ``consolidated_metadata``
     in its ``zarr.json``, or a v2 ``.zmetadata``) answers every question about its
     descendants from that one document (``use_consolidated=False`` lists the store
-    instead). Writable modes always look at the store, so a group never shows a stale
-    listing while it is changed. Groups are created in Zarr v3 unless ``zarr_format=2``.
+    instead; on a remote store, read-only, the listing of the group's children is sent beside
+    its document, and used by the first look at them). Writable modes always look at the store,
+    so a group never shows a stale listing while it is changed. Groups are created in Zarr v3
+    unless ``zarr_format=2``.
 
     Examples
     --------
@@ -129,6 +133,10 @@ def open_group(
     create_format = 3 if zarr_format is None else zarr_format
     if mode in ("w", "w-"):
         return create_group(zstore, path, attributes=attributes, overwrite=mode == "w", zarr_format=create_format)
+    listing = None
+    if mode == "r" and use_consolidated is False and not zstore.reads_are_local and call_threads() > 1:
+        # its children will be listed: the listing goes beside the document, not a round trip after
+        listing = start_beside(partial(zstore.list_dir, join_key(path, "")))
     metadata = read_node(zstore, path, zarr_format=zarr_format, consolidated=_may_consolidate(mode, use_consolidated))
     if metadata is None:
         if mode == "a":
@@ -136,7 +144,10 @@ def open_group(
         raise _absent("group", path, zstore, zarr_format)
     if metadata.node_type == "array":
         raise ContainsArrayError(f"expected a group at {'/' + path!r} but found an array")
-    return _group(zstore, path, metadata, mode, use_consolidated)
+    group = _group(zstore, path, metadata, mode, use_consolidated)
+    if metadata.zarr_format in (2, 3):  # formats whose children are listed under the group's prefix
+        group._listing = listing
+    return group
 
 
 def open_array(

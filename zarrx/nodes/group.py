@@ -3,8 +3,8 @@
 A :class:`Group` is a node whose children are arrays and groups. Children are
 found by listing the group's prefix and reading every candidate's metadata in
 one concurrent batch (a walk of many groups -- :meth:`Group.members` with ``max_depth``,
-:meth:`Group.descendants` -- lists every group of a level at once and reads all their
-children's documents in one batch) (``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
+:meth:`Group.descendants` -- reads each group as soon as it is found, beside the others)
+(``zarr.json`` for v3, ``.zarray``/``.zgroup``/``.zattrs`` for
 v2, ``meta/root/…`` documents for the 2022 draft layout; see
 :mod:`zarrx.nodes.hierarchy`) -- or, when the group was opened from consolidated
 metadata, from that document alone without touching the store. Children are in
@@ -13,7 +13,8 @@ the group's format; groups and arrays created below a v2 group are v2.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from zarrx.nodes import conveniences
 from zarrx.nodes.array import Array
 from zarrx.nodes.consolidated import update_copies
 from zarrx.nodes.create import new_array, new_group_metadata
-from zarrx.nodes.hierarchy import NodeFormat, format_of, list_children_many
+from zarrx.nodes.hierarchy import NodeFormat, expand_requests, format_of
 from zarrx.nodes.node import Node
 from zarrx.storage.paths import normalize_path
 from zarrx.storage.store import Store
@@ -74,6 +75,9 @@ class Group(Node[GroupMetadataLike]):
         self._consolidated = consolidated
         #: those documents by child name, then path below the child (:meth:`_below_children`)
         self._below: dict[str, dict[str, Any]] | None = None
+        #: the listing of the group's prefix, sent beside its document (:func:`zarrx.open_group`)
+        #: and used by the first look at its children
+        self._listing: Future[list[str]] | None = None
 
     # -- description ------------------------------------------------------------------------
     @property
@@ -108,7 +112,13 @@ class Group(Node[GroupMetadataLike]):
                 for name, document in sorted(self._consolidated.items())
                 if "/" not in name
             }
-        return self._format.list_children(self._store, self._path)
+        return self._format.list_children(self._store, self._path, self._listed())
+
+    def _listed(self) -> list[str] | None:
+        """The listing sent beside the group's document, the first time (None after: a later
+        look lists afresh), or None."""
+        listing, self._listing = self._listing, None
+        return None if listing is None else listing.result()
 
     def _below_children(self) -> dict[str, dict[str, Any]]:
         """The consolidated documents below each child, by child name then path below it: sorted
@@ -180,9 +190,9 @@ class Group(Node[GroupMetadataLike]):
         """``(name, node)`` for each child; with ``max_depth`` None (or > 0) also deeper
         descendants, named by their path relative to this group (depth first).
 
-        Deeper levels are read a level at a time: every group of a level listed at once and
-        their children's documents in one batch (two rounds per level, whatever the number of
-        groups; none when the group came from consolidated metadata)."""
+        Deeper levels are read as :meth:`descendants` reads them: each group as soon as it is
+        found, beside the others (at most two rounds per level, whatever the number of groups;
+        none when the group came from consolidated metadata)."""
         children = self.descendants(max_depth)
         result: list[tuple[str, Array | Group]] = []
 
@@ -196,30 +206,38 @@ class Group(Node[GroupMetadataLike]):
         visit("")
         return result
 
-    def descendants(self, max_depth: int | None = None) -> dict[str, dict[str, "Array | Group"]]:
+    def descendants(
+        self, max_depth: int | None = None, *, then: "Callable[[str, dict[str, Array | Group]], None] | None" = None
+    ) -> dict[str, dict[str, "Array | Group"]]:
         """The children of this group and of every group below it (down to ``max_depth`` levels
         below the children; None: all), keyed by the group's path relative to this one ("" for
-        this group), each ``{name: node}`` -- read a level at a time (see :meth:`members`)."""
+        this group), each ``{name: node}``.
+
+        On a remote store each group is read as soon as it is found -- its listing, then its
+        children's documents in one batch -- beside the others (up to
+        :data:`~zarrx.nodes.hierarchy.MAX_CONCURRENT_CALLS` at once): the walk waits for its
+        longest chain of groups, two requests per level, not for the slowest group of every
+        level. On a local store they are read one after another. ``then(relative, nodes)`` is
+        called for each group whose children were read from the store (not from consolidated
+        metadata), in the thread that read them, once its child groups are on their way: what
+        else to fetch for it while the walk goes on."""
         found: dict[str, dict[str, Array | Group]] = {}
-        level: list[tuple[str, Group]] = [("", self)]
-        depth = 0
-        while level:
-            remote = [(relative, group) for relative, group in level if group._consolidated is None]
-            pairs = [(group._path, group._format) for _, group in remote]
-            read = list_children_many(self._store, pairs) if remote else {}
-            next_level: list[tuple[str, Group]] = []
-            for relative, group in level:
-                documents = read[group._path] if group._consolidated is None else group._child_documents()
-                nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
-                found[relative] = nodes
-                next_level.extend(
-                    (f"{relative}/{name}" if relative else name, node)
-                    for name, node in nodes.items()
-                    if isinstance(node, Group)
-                )
-            if max_depth is not None and depth >= max_depth:
-                break
-            level, depth = next_level, depth + 1
+
+        def read(item: tuple[str, Group, int]) -> Iterator[tuple[str, Group, int]]:
+            relative, group, depth = item
+            documents = group._child_documents()
+            nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
+            found[relative] = nodes
+            if max_depth is None or depth < max_depth:
+                for name, node in nodes.items():
+                    if isinstance(node, Group):  # read from now on, beside what follows
+                        yield f"{relative}/{name}" if relative else name, node, depth + 1
+            if then is not None and not group.is_consolidated:
+                then(relative, nodes)
+
+        # groups from consolidated metadata make no request
+        remote = not self._store.reads_are_local and self._consolidated is None
+        expand_requests(read, [("", self, 0)], side_by_side=remote)
         return found
 
     def arrays(self) -> list[tuple[str, Array]]:

@@ -22,15 +22,18 @@ Once a group is open its format is known, so its children are found with one lis
 batched read of their documents (:meth:`NodeFormat.list_children`), and one child with one
 batch (:meth:`NodeFormat.read_child`). The children of many groups -- a level of a hierarchy
 being walked -- take two rounds whatever their number (:func:`list_children_many`): every
-listing at once, then one batch of every child's documents. Each format is a
+listing at once, then one batch of every child's documents; a walk that reads each group as
+soon as it is found, beside the others, runs on :func:`expand_requests`. Each format is a
 :class:`NodeFormat`; :func:`format_of` picks the one a node's metadata belongs to.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from zarrx.errors import MetadataError
 from zarrx.metadata.draft import (
@@ -48,6 +51,7 @@ from zarrx.storage.store import Store
 
 __all__ = [
     "read_node", "write_node", "format_of", "NodeFormat", "ZARR_JSON", "node_keys", "list_children_many", "map_requests",
+    "expand_requests",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -69,13 +73,18 @@ class NodeFormat:
         """The metadata of the node at ``path``, or None."""
         raise NotImplementedError
 
-    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
-        """Metadata of the direct children of the group at ``path``, by name."""
-        raise NotImplementedError
+    def list_children(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, NodeMetadata]:
+        """Metadata of the direct children of the group at ``path``, by name (``listed``: what
+        ``store.list_dir`` gave for the group's prefix, when that was done already; formats
+        whose children are not listed there ignore it)."""
+        keys = self.child_keys(store, path, listed)
+        assert keys is not None  # formats that cannot say which keys override this
+        return self.parse_children(store.get_many([key for names in keys.values() for key in names]), keys, path)
 
-    def child_keys(self, store: Store, path: str) -> dict[str, list[str]] | None:
-        """The documents to read for each child of the group at ``path`` (one listing), or None
-        when the format cannot say before reading (then :meth:`list_children` is used)."""
+    def child_keys(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, list[str]] | None:
+        """The documents to read for each child of the group at ``path`` (one listing, unless
+        ``listed`` gives it), or None when the format cannot say before reading (then
+        :meth:`list_children` is used)."""
         return None
 
     def parse_children(
@@ -98,14 +107,10 @@ class V3Format(NodeFormat):
         raw = store.get(key)
         return None if raw is None else parse_node_metadata(raw, key)
 
-    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
-        keys = self.child_keys(store, path)
-        return self.parse_children(store.get_many([key for ks in keys.values() for key in ks]), keys, path)
-
-    def child_keys(self, store: Store, path: str) -> dict[str, list[str]]:
-        prefix = join_key(path, "")
+    def child_keys(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, list[str]]:
+        listed = store.list_dir(join_key(path, "")) if listed is None else listed
         # names that cannot be nodes are not children, nor folders without a zarr.json
-        names = sorted(name for name in store.list_dir(prefix) if name != ZARR_JSON and is_node_name(name))
+        names = sorted(name for name in listed if name != ZARR_JSON and is_node_name(name))
         return {name: [join_key(path, f"{name}/{ZARR_JSON}")] for name in names}
 
     def parse_children(
@@ -130,14 +135,10 @@ class V2Format(NodeFormat):
         documents = store.get_many(list(keys.values()))
         return parse_v2_node({name: documents.get(key) for name, key in keys.items()}, path)
 
-    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
-        keys = self.child_keys(store, path)
-        return self.parse_children(store.get_many([key for ks in keys.values() for key in ks]), keys, path)
-
-    def child_keys(self, store: Store, path: str) -> dict[str, list[str]]:
-        prefix = join_key(path, "")
+    def child_keys(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, list[str]]:
+        listed = store.list_dir(join_key(path, "")) if listed is None else listed
         names = sorted(
-            name for name in store.list_dir(prefix)
+            name for name in listed
             if name not in (*_V2_DOCUMENTS, ZMETADATA, ZARR_JSON) and is_node_name(name)
         )  # fmt: skip
         return {name: [join_key(path, f"{name}/{document}") for document in _V2_DOCUMENTS] for name in names}
@@ -175,7 +176,7 @@ class DraftFormat(NodeFormat):
             return DraftGroupMetadata(explicit=False, hierarchy=self.hierarchy)  # implicit
         return metadata
 
-    def list_children(self, store: Store, path: str) -> dict[str, NodeMetadata]:
+    def list_children(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, NodeMetadata]:
         suffix = self.hierarchy.metadata_key_suffix
         documented: dict[str, str] = {}  # name -> "array" or "group"
         implicit: set[str] = set()
@@ -237,6 +238,57 @@ def map_requests(function: Callable[[str], T], items: Sequence[str], store: Stor
     workers = min(len(items), MAX_CONCURRENT_CALLS)
     with ThreadPoolExecutor(workers, thread_name_prefix="zarrx-requests") as pool:
         return dict(zip(items, pool.map(function, items)))
+
+
+def expand_requests(function: Callable[[T], Iterable[T]], items: Iterable[T], *, side_by_side: bool) -> None:
+    """Call ``function`` on each of ``items`` and on every item those calls yield, and so on until
+    none is yielded: ``side_by_side`` (calls making requests to a remote store), each call
+    starts as soon as its item is yielded, up to :data:`MAX_CONCURRENT_CALLS` at once; else they
+    run one after another, breadth first. The first error raised is raised once the calls in
+    flight have ended; no call starts after it."""
+    if not side_by_side:
+        queue = collections.deque(items)
+        while queue:
+            queue.extend(function(queue.popleft()))
+        return
+    errors: list[BaseException] = []
+    pending = 0
+    idle = threading.Condition()
+
+    def run(item: T) -> None:
+        nonlocal pending
+        try:
+            if not errors:
+                for found in function(item):
+                    submit(found)
+                    if errors:
+                        break
+        except BaseException as error:  # noqa: BLE001 (raised by the caller below)
+            errors.append(error)
+        finally:
+            with idle:
+                pending -= 1
+                idle.notify_all()
+
+    def submit(item: T) -> None:
+        nonlocal pending
+        with idle:
+            pending += 1
+        pool.submit(run, item)
+
+    pool = ThreadPoolExecutor(MAX_CONCURRENT_CALLS, thread_name_prefix="zarrx-requests")
+    try:
+        for item in items:
+            submit(item)
+        with idle:
+            idle.wait_for(lambda: pending == 0)
+    except BaseException as error:  # an interrupt: the calls in flight yield nothing more
+        errors.append(error)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if errors:
+        raise errors[0]
 
 
 def format_of(metadata: NodeMetadata) -> NodeFormat:

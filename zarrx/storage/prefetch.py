@@ -77,6 +77,13 @@ class PrefetchStore(WrapperStore):
         start_beside(self._fetch_unless_claimed)
         return True
 
+    def fetch(self) -> None:
+        """Fetch the batch now in this thread and return once it is in (at once when another
+        thread has it in hand: its readers wait for their values as usual). Raises nothing: a
+        read of a key that did not arrive raises the batch's error."""
+        if self._claim():
+            self._fetch()
+
     def _claim(self) -> bool:
         with self._arrived:
             claimed, self._claimed = self._claimed, True

@@ -473,8 +473,8 @@ def node_html(node: Any, **limits: Any) -> str:
 
 def group_tree(group: Group) -> str:
     """``group.tree()``: every node below the group, one per line, unbounded; a group whose
-    members cannot be read raises (``zarrx tree`` shows it instead). The hierarchy is read a level
-    at a time (:meth:`zarrx.Group.descendants`)."""
+    members cannot be read raises (``zarrx tree`` shows it instead). The hierarchy is read as
+    :meth:`zarrx.Group.descendants` reads it."""
     lines = [group.name]
     found = group.descendants()
 

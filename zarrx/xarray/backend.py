@@ -24,13 +24,14 @@ The backend is an adapter, nothing more:
 * Dimension coordinates, which xarray reads one by one to build its indexes, are read
   together (:func:`zarrx.nodes.prefetch.read_together`): the first read fetches all their chunks in
   one batch, so opening a dataset costs one round trip for them, not one each.
-* A DataTree (``open_datatree``, ``open_groups``) is planned before anything is decoded: the
-  hierarchy is read a level at a time (from consolidated metadata: no request; otherwise every
-  group of a level listed at once, then all their children's documents in one batch), then the
-  dimension coordinates of *every* group come in one batch
-  (:func:`zarrx.xarray.store.read_indexes_together`). An open costs a few round trips per level
-  of nesting, not a few per group; wrap the store in :class:`zarrx.storage.MetricsStore` to count
-  them (``summary().rounds``).
+* A DataTree (``open_datatree``, ``open_groups``) is read before anything is decoded. From
+  consolidated metadata the hierarchy costs no request, and the dimension coordinates of *every*
+  group come in one batch (:func:`zarrx.xarray.store.read_indexes_together`). Otherwise each
+  group is read as soon as it is found, beside the others (its listing, its children's documents
+  in one batch, then its dimension coordinates in one more; :meth:`ZarrxDataStore.walk`), and
+  ``consolidated=False`` sends the root's listing beside its document. An open costs a few
+  round trips per level of nesting, not a few per group; wrap the store in
+  :class:`zarrx.storage.MetricsStore` to count them (``summary().rounds``).
 
 Where zarrx differs from ``engine="zarr"`` on purpose: ``preferred_chunks`` are the shards of
 a sharded array (dask tasks then never share a stored object), ``use_zarr_fill_value_as_mask``
@@ -369,7 +370,7 @@ class ZarrxBackendEntrypoint(BackendEntrypoint):
         from zarrx.xarray.store import read_indexes_together
 
         root = open_data_store(filename_or_obj, drop_variables=drop_variables, **open_options)
-        # the hierarchy first (a level at a time), then the indexes of every group in one batch
+        # the hierarchy first, then the indexes the walk did not fetch, in one batch
         stores = list(root.walk())
         read_indexes_together(store for _, store in stores)
         return {

@@ -32,7 +32,7 @@ from zarrx.metadata.rectilinear import grid_blocks
 from zarrx.errors import ConflictingDimensionsError, MetadataError
 from zarrx.nodes.array import Array
 from zarrx.nodes.group import Group
-from zarrx.nodes.prefetch import read_together
+from zarrx.nodes.prefetch import fetch_together, read_together
 from zarrx.xarray.encoding import codec_encoding
 
 __all__ = [
@@ -152,6 +152,16 @@ def dimensions_and_attributes(array: Array) -> tuple[tuple[str, ...], dict[str, 
         f"dimension (v3 dimension_names, or the {DIMENSION_KEY} attribute for Zarr v2), "
         f"or skip it with drop_variables=[{array.basename!r}]"
     )
+
+
+def _index_arrays(members: Mapping[str, Array | Group], drop: set[str]) -> dict[str, Array]:
+    """The arrays among a group's ``members`` that xarray reads whole on opening it: its
+    dimension coordinates (which become indexes), those not in ``drop``."""
+    return {
+        name: node
+        for name, node in members.items()
+        if isinstance(node, Array) and name not in drop and _is_dimension_coordinate(name, node)
+    }
 
 
 def _is_dimension_coordinate(name: str, array: Array) -> bool:
@@ -278,11 +288,7 @@ class ZarrxDataStore(AbstractDataStore):
     def index_arrays(self) -> dict[str, Array]:
         """The arrays xarray reads whole when it opens the group: its dimension coordinates
         (which become indexes), those not dropped."""
-        return {
-            name: array
-            for name, array in self.arrays.items()
-            if name not in self._drop and _is_dimension_coordinate(name, array)
-        }
+        return _index_arrays(self.members, self._drop)
 
     def get_variables(self) -> Mapping[str, Variable]:
         self.get_dimensions()  # conflicting lengths: a zarrx error naming them, not xarray's bare ValueError
@@ -326,16 +332,35 @@ class ZarrxDataStore(AbstractDataStore):
     def walk(self, path: str = "/") -> Iterator[tuple[str, "ZarrxDataStore"]]:
         """``(path, store)`` for this group and every group below it, depth first.
 
-        The hierarchy is read first, a level at a time (:meth:`zarrx.Group.descendants`: two
-        rounds of requests per level, none from consolidated metadata)."""
-        members = self.group.descendants() if self._members is None or not self.cache_members else None
-        yield from self._walk(path, "", members)
+        The hierarchy is read first (:meth:`zarrx.Group.descendants`: each group as soon as it
+        is found, beside the others; no request from consolidated metadata). When that reads a
+        remote store, each group's index arrays are fetched as soon as its arrays are known, by
+        the thread that read them, while the walk goes on: the opening thread only waits, so the
+        GIL is free for the event loop reading the answers. (xarray reads them whole to build its
+        indexes; with ``create_default_indexes=False`` it does not, but no public hook tells a
+        backend, so they are read anyway: a request per index chunk.) Other groups' indexes
+        are left to :func:`read_indexes_together`."""
+        members = None
+        fetched: dict[str, dict[str, Array]] = {}
+        if self._members is None or not self.cache_members:
+
+            def fetch_indexes(relative: str, nodes: dict[str, Array | Group]) -> None:
+                indexes = _index_arrays(nodes, self._drop)
+                fetched[relative] = dict(zip(indexes, fetch_together(list(indexes.values()))))
+
+            # a fresh look at every use (cache_members=False) would not use what was fetched
+            fetch = self.cache_members and not self.group.store.reads_are_local
+            members = self.group.descendants(then=fetch_indexes if fetch else None)
+        yield from self._walk(path, "", members, fetched)
 
     def _walk(
-        self, path: str, relative: str, members: dict[str, dict[str, Array | Group]] | None
+        self, path: str, relative: str, members: dict[str, dict[str, Array | Group]] | None,
+        fetched: dict[str, dict[str, Array]],
     ) -> Iterator[tuple[str, "ZarrxDataStore"]]:
         if members is not None:
             self._members = members.get(relative, {})
+        if relative in fetched:
+            self._indexes = fetched[relative]
         yield path, self
         for name, child in self.groups.items():
             store = ZarrxDataStore(
@@ -344,12 +369,15 @@ class ZarrxDataStore(AbstractDataStore):
                 drop_variables=self._drop,
                 cache_members=self.cache_members,
             )
-            yield from store._walk(f"{path.rstrip('/')}/{name}", f"{relative}/{name}" if relative else name, members)
+            yield from store._walk(
+                f"{path.rstrip('/')}/{name}", f"{relative}/{name}" if relative else name, members, fetched
+            )
 
 
 def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     """Give ``stores`` (the groups of a tree) their index arrays over one shared prefetch: the
     first index xarray reads fetches the indexes of every group in one batch, and waits for it.
+    Stores whose indexes the walk fetched already (:meth:`ZarrxDataStore.walk`) keep them.
 
     Examples
     --------
@@ -367,7 +395,7 @@ def read_indexes_together(stores: Iterable[ZarrxDataStore]) -> None:
     >>> store.summary().rounds  # the three coordinates: one batch
     1
     """
-    stores = list(stores)
+    stores = [store for store in stores if store._indexes is None]
     indexes = [(store, name, array) for store in stores for name, array in store.index_arrays().items()]
     # fetched by the first index read, in the opening thread, which waits for the whole batch:
     # decoding the groups beside it would hold the GIL the event loop needs after every system
