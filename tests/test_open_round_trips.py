@@ -163,12 +163,9 @@ def test_expand_requests_starts_each_call_as_soon_as_its_item_is_yielded():
             time.sleep(0.2)  # still running when its item's call begins
         ended[n] = time.perf_counter()
 
-    expand_requests(call, [0], side_by_side=True)
+    expand_requests(call, [0])
     assert sorted(began) == [0, 1, 2, 3]
     assert all(began[n + 1] < ended[n] for n in range(3)), (began, ended)
-    order = []
-    expand_requests(lambda n: order.append(n) or ([2 * n + 1, 2 * n + 2] if n < 3 else []), [0], side_by_side=False)
-    assert order == [0, 1, 2, 3, 4, 5, 6]  # one after another, breadth first: 0 -> 1, 2; 1 -> 3, 4; 2 -> 5, 6
 
 
 def test_an_error_in_a_walk_is_raised_and_starts_nothing_after_it():

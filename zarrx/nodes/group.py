@@ -24,7 +24,7 @@ from zarrx.nodes import conveniences
 from zarrx.nodes.array import Array
 from zarrx.nodes.consolidated import update_copies
 from zarrx.nodes.create import new_array, new_group_metadata
-from zarrx.nodes.hierarchy import NodeFormat, expand_requests, format_of
+from zarrx.nodes.hierarchy import NodeFormat, expand_requests, format_of, list_children_many
 from zarrx.nodes.node import Node
 from zarrx.storage.paths import normalize_path
 from zarrx.storage.store import Store
@@ -217,7 +217,8 @@ class Group(Node[GroupMetadataLike]):
         children's documents in one batch -- beside the others (up to
         :data:`~zarrx.nodes.hierarchy.MAX_CONCURRENT_CALLS` at once): the walk waits for its
         longest chain of groups, two requests per level, not for the slowest group of every
-        level. On a local store they are read one after another. ``then(relative, nodes)`` is
+        level. On a local store (and from consolidated metadata) they are read a level at a time,
+        the documents of each level in one batch. ``then(relative, nodes)`` is
         called for each group whose children were read from the store (not from consolidated
         metadata), in the thread that read them, once its child groups are on their way: what
         else to fetch for it while the walk goes on."""
@@ -235,9 +236,39 @@ class Group(Node[GroupMetadataLike]):
             if then is not None and not group.is_consolidated:
                 then(relative, nodes)
 
-        # groups from consolidated metadata make no request
-        remote = not self._store.reads_are_local and self._consolidated is None
-        expand_requests(read, [("", self, 0)], side_by_side=remote)
+        if self._store.reads_are_local or self._consolidated is not None:
+            # from consolidated metadata no request is made; on a local store a level's documents
+            # are one batch, which the store reads side by side (a cold disk wants many in flight)
+            return self._descendants_by_level(max_depth, then)
+        expand_requests(read, [("", self, 0)])
+        return found
+
+    def _descendants_by_level(
+        self, max_depth: int | None, then: "Callable[[str, dict[str, Array | Group]], None] | None"
+    ) -> dict[str, dict[str, "Array | Group"]]:
+        """:meth:`descendants` a level at a time: every group of a level listed, then all their
+        children's documents in one batch."""
+        found: dict[str, dict[str, Array | Group]] = {}
+        level: list[tuple[str, Group]] = [("", self)]
+        depth = 0
+        while level:
+            stored = [group for _, group in level if group._consolidated is None]
+            read = list_children_many(self._store, [(group._path, group._format) for group in stored]) if stored else {}
+            next_level: list[tuple[str, Group]] = []
+            for relative, group in level:
+                documents = read[group._path] if group._consolidated is None else group._child_documents()
+                nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
+                found[relative] = nodes
+                if then is not None and group._consolidated is None:
+                    then(relative, nodes)
+                next_level.extend(
+                    (f"{relative}/{name}" if relative else name, node)
+                    for name, node in nodes.items()
+                    if isinstance(node, Group)
+                )
+            if max_depth is not None and depth >= max_depth:
+                break
+            level, depth = next_level, depth + 1
         return found
 
     def arrays(self) -> list[tuple[str, Array]]:

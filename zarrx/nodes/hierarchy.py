@@ -29,7 +29,6 @@ soon as it is found, beside the others, runs on :func:`expand_requests`. Each fo
 
 from __future__ import annotations
 
-import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -240,17 +239,11 @@ def map_requests(function: Callable[[str], T], items: Sequence[str], store: Stor
         return dict(zip(items, pool.map(function, items)))
 
 
-def expand_requests(function: Callable[[T], Iterable[T]], items: Iterable[T], *, side_by_side: bool) -> None:
+def expand_requests(function: Callable[[T], Iterable[T]], items: Iterable[T]) -> None:
     """Call ``function`` on each of ``items`` and on every item those calls yield, and so on until
-    none is yielded: ``side_by_side`` (calls making requests to a remote store), each call
-    starts as soon as its item is yielded, up to :data:`MAX_CONCURRENT_CALLS` at once; else they
-    run one after another, breadth first. The first error raised is raised once the calls in
-    flight have ended; no call starts after it."""
-    if not side_by_side:
-        queue = collections.deque(items)
-        while queue:
-            queue.extend(function(queue.popleft()))
-        return
+    none is yielded, each call on a thread of its own as soon as its item is yielded (up to
+    :data:`MAX_CONCURRENT_CALLS` at once): for calls that make requests to a remote store. The
+    first error raised is raised once the calls in flight have ended; no call starts after it."""
     errors: list[BaseException] = []
     pending = 0
     idle = threading.Condition()
