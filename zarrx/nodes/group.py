@@ -120,6 +120,10 @@ class Group(Node[GroupMetadataLike]):
         listing, self._listing = self._listing, None
         return None if listing is None else listing.result()
 
+    def _child_nodes(self, documents: dict[str, NodeMetadata]) -> dict[str, "Array | Group"]:
+        """The children described by ``documents`` (:meth:`_child_documents`), by name."""
+        return {name: self._node(self._child_path(name), metadata) for name, metadata in documents.items()}
+
     def _below_children(self) -> dict[str, dict[str, Any]]:
         """The consolidated documents below each child, by child name then path below it: sorted
         out once, not scanned for each child group (a tree of N groups in O(N), not O(N^2))."""
@@ -226,14 +230,11 @@ class Group(Node[GroupMetadataLike]):
 
         def read(item: tuple[str, Group, int]) -> Iterator[tuple[str, Group, int]]:
             relative, group, depth = item
-            documents = group._child_documents()
-            nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
-            found[relative] = nodes
+            nodes = found[relative] = group._child_nodes(group._child_documents())
             if max_depth is None or depth < max_depth:
-                for name, node in nodes.items():
-                    if isinstance(node, Group):  # read from now on, beside what follows
-                        yield f"{relative}/{name}" if relative else name, node, depth + 1
-            if then is not None and not group.is_consolidated:
+                for path, child in _child_groups(relative, nodes):
+                    yield path, child, depth + 1  # read from now on, beside what follows
+            if then is not None:  # this walk starts below no consolidated metadata
                 then(relative, nodes)
 
         if self._store.reads_are_local or self._consolidated is not None:
@@ -257,15 +258,10 @@ class Group(Node[GroupMetadataLike]):
             next_level: list[tuple[str, Group]] = []
             for relative, group in level:
                 documents = read[group._path] if group._consolidated is None else group._child_documents()
-                nodes = {name: group._node(group._child_path(name), metadata) for name, metadata in documents.items()}
-                found[relative] = nodes
+                nodes = found[relative] = group._child_nodes(documents)
                 if then is not None and group._consolidated is None:
                     then(relative, nodes)
-                next_level.extend(
-                    (f"{relative}/{name}" if relative else name, node)
-                    for name, node in nodes.items()
-                    if isinstance(node, Group)
-                )
+                next_level.extend(_child_groups(relative, nodes))
             if max_depth is not None and depth >= max_depth:
                 break
             level, depth = next_level, depth + 1
@@ -336,3 +332,10 @@ class Group(Node[GroupMetadataLike]):
         array = self.create_array(name, shape=data.shape, dtype=data.dtype, overwrite=True)
         array[...] = data
 
+
+def _child_groups(relative: str, nodes: dict[str, "Array | Group"]) -> list[tuple[str, Group]]:
+    """``(path relative to the walk's start, group)`` for the groups among a group's ``nodes``
+    (the group at ``relative``)."""
+    return [
+        (f"{relative}/{name}" if relative else name, node) for name, node in nodes.items() if isinstance(node, Group)
+    ]

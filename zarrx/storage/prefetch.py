@@ -74,7 +74,7 @@ class PrefetchStore(WrapperStore):
             if self._claimed or self._started:
                 return False
             self._started = True
-        start_beside(self._fetch_unless_claimed)
+        start_beside(self.fetch)
         return True
 
     def fetch(self) -> None:
@@ -88,10 +88,6 @@ class PrefetchStore(WrapperStore):
         with self._arrived:
             claimed, self._claimed = self._claimed, True
         return not claimed
-
-    def _fetch_unless_claimed(self) -> None:
-        if self._claim():
-            self._fetch()
 
     def _fetch(self) -> None:
         values, arrived = self._values, self._arrived
@@ -112,8 +108,7 @@ class PrefetchStore(WrapperStore):
         values = self._values
         if key in values:
             return values[key]
-        if self._claim():
-            self._fetch()
+        self.fetch()
         with self._arrived:
             while key not in values and not self._done:
                 self._arrived.wait()
