@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import fsspec
@@ -451,7 +452,7 @@ class FsspecStore(Store):
         folder_key = prefix.rpartition("/")[0]
         folder = (self._prefix + folder_key).rstrip("/") or self._prefix
         try:
-            paths = self._call("find", folder + self._folder_suffix, what=f"list {prefix!r}")
+            paths = self._find(folder + self._folder_suffix, prefix, what=f"list {prefix!r}")
         except _MISSING:
             return iter([])
         except Exception as error:
@@ -465,7 +466,7 @@ class FsspecStore(Store):
             prefix += "/"
         folder = (self._prefix + prefix).rstrip("/") or self._prefix
         try:
-            paths = self._call("ls", folder + self._folder_suffix, detail=False, what=f"list {prefix!r}")
+            paths = self._list_folder(folder + self._folder_suffix, what=f"list {prefix!r}")
         except _MISSING:
             return []
         except Exception as error:
@@ -479,6 +480,67 @@ class FsspecStore(Store):
                 if not self._is_temporary(prefix + name):
                     names.add(name)
         return sorted(names)
+
+    def _listing(self) -> Any:
+        """The reader's own folder listing (HTTP: it reads the folder's page as one of its requests,
+        through the host's limiter and connection gate, retried, within the request deadline, as
+        a value's read is), or None: the file system's ``ls`` and ``find`` list."""
+        transfers = self.transfers
+        return getattr(transfers.reader, "listing", None) if transfers is not None else None
+
+    def _list_folders(self, folders: Sequence[str]) -> list[list[str] | None]:
+        """What ``fs.ls(folder, detail=False)`` gives for each folder (None: no such folder), all
+        in one batch of the reader's listings."""
+        found = self._send_listings(folders)
+        # as fsspec does: a page that links to nothing below ".../" is asked again without the "/"
+        again = [i for i, listed in enumerate(found) if listed == [] and folders[i].endswith("/")]
+        for i, listed in zip(again, self._send_listings([folders[i].rstrip("/") for i in again])):
+            found[i] = listed
+        return found
+
+    def _send_listings(self, paths: Sequence[str]) -> list[list[str] | None]:
+        if not paths:
+            return []
+        listing, limit = self._listing(), self.options.max_read_size
+        outcomes = self.transfers.send_many([(path, partial(listing, path, limit)) for path in paths])
+        failed = next((outcome for outcome in outcomes if isinstance(outcome, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return outcomes
+
+    def _list_folder(self, folder: str, what: str) -> list[str]:
+        """``fs.ls(folder, detail=False)``, through the reader's listing where it has one."""
+        if self._listing() is None:
+            return self._call("ls", folder, detail=False, what=what)
+        (listed,) = self._list_folders([folder])
+        if listed is None:
+            raise FileNotFoundError(folder)
+        return listed
+
+    def _find(self, folder: str, prefix: str, what: str) -> list[str]:
+        """``fs.find(folder)``: the paths of the files below it. Through the reader's listing where
+        it has one: the folders of each depth listed in one batch, only those that may hold
+        keys starting with ``prefix``."""
+        if self._listing() is None:
+            return self._call("find", folder, what=what)
+        files: list[str] = []
+        seen = {folder}
+        listings = self._list_folders([folder])
+        if listings[0] is None:
+            raise FileNotFoundError(folder)
+        while listings:
+            level = []
+            for path in (path for listed in listings for path in listed or ()):
+                if not path.endswith("/"):
+                    files.append(path)
+                    continue
+                key = self._key(path)
+                inside = key is not None and ((key + "/").startswith(prefix) or prefix.startswith(key + "/"))
+                if inside and path not in seen:
+                    seen.add(path)
+                    level.append(path)
+            listings = self._list_folders(level)
+        return sorted(files)
 
     def _is_temporary(self, key: str) -> bool:
         # Only LocalStore writes temporary files; elsewhere such a name is a real key.

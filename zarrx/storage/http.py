@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -212,13 +213,38 @@ class HttpReader:
         return host_of(path)
 
     async def read(self, read: ObjectRead, attempt: Attempt) -> bytes | None:
+        headers = {"Range": _range_header(read.start, read.end)} if _ranged(read) else {}
+        return await self._get(read.path, headers, attempt, lambda response: self._body(read, response))
+
+    async def listing(self, path: str, limit: int, attempt: Attempt) -> list[str] | None:
+        """The URLs a web server's page for the folder ``path`` links to below it, as fsspec's
+        ``HTTPFileSystem.ls(path, detail=False)`` gives them (sorted; folders end in ``/``); None
+        when the server has no such page (404, 410). The page may hold at most ``limit`` bytes.
+
+        The request goes as a value's read does: through the host's connection gate, with
+        zarrx's timeouts, retried by the runner (fsspec's own ``ls`` goes around both, so a
+        burst of listings to a server with a small listen backlog waited for TCP's 1 s
+        retransmissions)."""
+
+        async def links(response: Any) -> list[str] | None:
+            if response.status in MISSING_STATUSES:
+                return None
+            if response.status != 200:
+                raise ServerAnswer(response.status, response.reason, response.headers.get("Retry-After"))
+            if response.headers.get("Content-Type", "text/html").partition(";")[0].strip() != "text/html":
+                return []  # a file, not a folder page
+            page = await _read_bounded(response.content, limit)
+            return folder_links(page.decode(response.charset or "utf-8", errors="ignore"), path, self.fs)
+
+        return await self._get(path, {}, attempt, links)
+
+    async def _get(self, path: str, headers: dict[str, str], attempt: Attempt, answer: Any) -> Any:
+        """GET ``path`` through the host's connection gate; ``answer(response)`` reads the answer."""
         aiohttp = _aiohttp()
         fs = self.fs
         session = await fs.set_session()
         options = dict(fs.kwargs)
-        headers = dict(options.pop("headers", None) or {})
-        if _ranged(read):
-            headers["Range"] = _range_header(read.start, read.end)
+        headers = {**(options.pop("headers", None) or {}), **headers}
         connect_timeout = attempt.limiter.connect_timeout(self.connect_timeout, attempt.slow_connects)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=self.read_timeout)
         connection = _Connection(attempt.limiter, attempt.remaining())
@@ -227,13 +253,13 @@ class HttpReader:
         sent = time.monotonic()
         try:
             async with session.get(
-                fs.encode_url(read.path), headers=headers, timeout=timeout, trace_request_ctx=connection, **options
+                fs.encode_url(path), headers=headers, timeout=timeout, trace_request_ctx=connection, **options
             ) as response:
                 latency = time.monotonic() - sent - connection.gate_wait - (connection.connect_seconds or 0.0)
                 attempt.latency, attempt.fresh = max(latency, 0.0), connection.held
                 attempt.level = connection.off_wire()
                 connection.answered(attempt.limiter.holds_latency(attempt.latency, fresh=True), _keeps_alive(response))
-                return await self._body(read, response)
+                return await answer(response)
         except aiohttp.ConnectionTimeoutError as error:
             slow = connect_timeout < self.connect_timeout
             connection.failed(slow=slow)
@@ -279,6 +305,39 @@ class HttpReader:
             return body[read.start : read.end]  # the server ignored Range: cut it out here
         _check_content_range(response.headers.get("Content-Range"), read.start)
         return body
+
+
+#: links of a folder page, as fsspec's HTTP file system finds them: ``<a href="...">`` ...
+_HREF = re.compile(r"""<(a|A)\s+(?:[^>]*?\s+)?(href|HREF)=["'](?P<url>[^"']+)""")
+#: ... and, unless the file system's ``simple_links`` is off, bare URLs in the text
+_BARE_URL = re.compile(r"""(?P<url>http[s]?://[-a-zA-Z0-9@:%_+.~#?&/=]+)""")
+
+
+def folder_links(page: str, url: str, fs: Any) -> list[str]:
+    """The URLs below ``url`` that its folder ``page`` links to, sorted: what fsspec's
+    ``HTTPFileSystem.ls(url, detail=False)`` lists (its ``simple_links`` honoured), so that keys come out of a listing the same whichever of the two read it.
+
+    Examples
+    --------
+    >>> page = '<a href="g0/">g0/</a> <a href="zarr.json">zarr.json</a> <a href="../">up</a>'
+    >>> folder_links(page, "http://h/t.zarr/", None)
+    ['http://h/t.zarr/g0/', 'http://h/t.zarr/zarr.json']
+    """
+    links = [match[2] for match in _HREF.findall(page)]
+    if getattr(fs, "simple_links", True):
+        links = _BARE_URL.findall(page) + links
+    parts = urlsplit(url)
+    below = url.rstrip("/") + "/"
+    found = set()
+    for link in links:
+        if link.startswith("/") and len(link) > 1:  # an absolute path on this server
+            link = f"{parts.scheme}://{parts.netloc}{link}"
+        if link.startswith("http"):
+            if link.replace("https", "http").startswith(below.replace("https", "http")):
+                found.add(link)  # http and https count as one (as in fsspec, whatever its same_scheme)
+        elif link not in ("..", "../"):  # a relative link; not the parent
+            found.add("/".join([url.rstrip("/"), link.lstrip("/")]))
+    return sorted(found)
 
 
 def _ranged(read: ObjectRead) -> bool:

@@ -1,0 +1,142 @@
+"""Folder listings over HTTP are requests like any other (issues 28 and 32).
+
+A hierarchy without consolidated metadata is opened by listing each group's folder page. Those
+listings used to go through fsspec's ``ls``, around the host's limiter and connection gate: on
+``python -m http.server`` (a listen backlog of 5, a new connection per request) the burst of
+listings of a 40-group tree overflowed the backlog and waited for TCP's 1 s retransmissions,
+every open. zarrx now reads a folder page itself (``HttpReader.listing``), as it reads a value.
+
+Real servers on 127.0.0.1 (:mod:`tests.http_server`; exactly ``python -m http.server`` where the
+page's form matters) and real opens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from fsspec.implementations.http import HTTPFileSystem
+
+import zarrx
+from zarrx.errors import StoreError, StoreTimeoutError
+from zarrx.storage import make_store
+from zarrx.storage.http import folder_links
+
+from tests.http_server import FailFirst, Stall, serve, serve_plain
+from tests.test_connections import limiter_of
+
+GROUPS = 12
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A DataTree of GROUPS groups, each with a variable and its index, not consolidated."""
+    root = tmp_path_factory.mktemp("listed") / "tree.zarr"
+    children = {
+        f"/g{i}": xr.Dataset({"v": ("x", np.arange(4.0) + i)}, coords={"x": np.arange(4) * (i + 1)})
+        for i in range(GROUPS)
+    }
+    xr.DataTree.from_dict(children).to_zarr(root, consolidated=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def odd_names(tmp_path_factory):
+    """A folder whose entries need quoting in a URL, beside ordinary ones."""
+    root = tmp_path_factory.mktemp("odd")
+    for name in ("zarr.json", "a b.json", "ümlaut", "per%cent", "semi;colon"):
+        (root / name).write_text("{}")
+    (root / "sub folder").mkdir()
+    (root / "sub folder" / "x").write_text("1")
+    return root
+
+
+def test_the_links_of_a_folder_page_are_those_fsspec_lists(odd_names):
+    with serve_plain(odd_names) as server:
+        fs = HTTPFileSystem(skip_instance_cache=True, use_listings_cache=False)
+        expected = fs.ls(server.url + "/", detail=False)
+        page = fs.cat_file(server.url + "/").decode()
+        assert folder_links(page, server.url + "/", fs) == expected
+        # and the store's names are the same as through fsspec's own listing
+        store = make_store(server.url, mode="r")
+        names = store.list_dir("")
+        assert names == sorted({url[len(server.url) + 1 :].rstrip("/") for url in expected})
+        assert "sub%20folder" in names and "zarr.json" in names
+
+
+def test_links_to_other_places_and_the_parent_are_not_entries():
+    page = (
+        '<a href="../">up</a> <a href="/t.zarr/abs">abs</a> <a href="http://other/x">elsewhere</a>'
+        ' <A HREF="https://h/t.zarr/s/">secure</A> see http://h/t.zarr/bare for more'
+    )
+    assert folder_links(page, "http://h/t.zarr/", None) == [
+        "http://h/t.zarr/abs", "http://h/t.zarr/bare", "https://h/t.zarr/s/",
+    ]  # fmt: skip
+
+
+def test_every_request_of_an_open_goes_through_the_hosts_limiter(tree):
+    with serve(tree.parent, keep_alive=False, backlog=5) as server:
+        opened = xr.open_datatree(f"{server.url}/{tree.name}", engine="zarrx", consolidated=False)
+        assert len(opened.children) == GROUPS
+        assert opened["g5"]["v"].values.tolist() == [5.0, 6.0, 7.0, 8.0]
+        listings = [r for r in server.requests if r.path.endswith("/")]
+        assert len(listings) > GROUPS  # the root, every group and every array folder
+        # listings included: each request the server answered was given its slot by the limiter
+        assert limiter_of(server.url).counts["answers"] == server.count()
+
+
+def test_a_refused_listing_is_retried_after_the_servers_retry_after(tree):
+    behaviour = FailFirst(1, 503, paths=f"/{tree.name}/g3/")
+    with serve(tree.parent, fail=behaviour) as server:
+        opened = xr.open_datatree(f"{server.url}/{tree.name}", engine="zarrx", consolidated=False)
+        assert opened["g3"]["x"].values.tolist() == [0, 4, 8, 12]
+        refused = [r for r in server.requests if r.path.endswith("/g3/")]
+        assert [r.status for r in refused] == [503, 200]
+
+
+def test_a_listing_never_answered_ends_in_a_timeout_naming_the_group(tree):
+    options = {"zarrx_timeout": 0.5, "zarrx_retries": 0}
+    with serve(tree.parent, behaviour=Stall(paths="/g7/")) as server:
+        group = zarrx.open_group(f"{server.url}/{tree.name}", mode="r", storage_options=options)
+        with pytest.raises(StoreTimeoutError, match="g7"):
+            group["g7"].members()
+
+
+def test_a_listing_larger_than_a_value_may_be_is_refused(tree):
+    with serve(tree.parent) as server:
+        store = make_store(f"{server.url}/{tree.name}", mode="r", storage_options={"zarrx_max_read_size": 64})
+        with pytest.raises(StoreError, match="64 bytes"):
+            store.list_dir("")
+
+
+def test_a_missing_folder_lists_nothing(tree):
+    with serve(tree.parent) as server:
+        store = make_store(f"{server.url}/{tree.name}", mode="r")
+        assert store.list_dir("no/such/") == []
+        assert store.list_dir("g1/") == sorted(["v", "x", "zarr.json"])
+
+
+def test_a_prefix_is_listed_as_fsspec_finds_it(tree):
+    with serve_plain(tree.parent) as server:
+        url = f"{server.url}/{tree.name}"
+        fs = HTTPFileSystem(skip_instance_cache=True, use_listings_cache=False)
+        expected = sorted(path[len(url) + 1 :] for path in fs.find(url + "/"))
+        assert "g11/x/c/0" in expected
+        store = make_store(url, mode="r")
+        assert list(store.list_prefix("")) == expected
+        assert list(store.list_prefix("g1/")) == [key for key in expected if key.startswith("g1/")]
+        # a string prefix: g1/, g10/ and g11/
+        assert list(store.list_prefix("g1")) == [key for key in expected if key.startswith("g1")]
+        assert list(store.list_prefix("g1/x/c/")) == ["g1/x/c/0"]
+        assert list(store.list_prefix("nothing/")) == []
+
+
+def test_counting_the_stored_chunks_lists_through_the_limiter(tmp_path):
+    values = np.arange(64, dtype="i2").reshape(8, 8)
+    zarrx.create_array(tmp_path / "a.zarr", shape=(8, 8), chunks=(2, 2), dtype="i2")[:6] = values[:6]
+    with serve(tmp_path, keep_alive=False, backlog=5) as server:
+        array = zarrx.open_array(f"{server.url}/a.zarr")
+        assert array.nchunks_initialized == 12
+        # the array's folder, c/, then c/0/ to c/2/ in one batch: each listing through the limiter
+        assert sum(r.path.endswith("/") for r in server.requests) == 5
+        assert limiter_of(server.url).counts["answers"] == server.count()
