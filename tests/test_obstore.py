@@ -25,6 +25,7 @@ from fsspec.asyn import get_loop, sync
 from obstore.store import HTTPStore, LocalStore, MemoryStore, S3Store
 
 import zarrx
+import zarrx.xarray  # noqa: F401 (the .zarrx accessors, whatever imported zarrx first)
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, UsageError
 from zarrx.storage import (
     FsspecStore, ObstoreStore, OffsetByteRequest, RangeByteRequest, SuffixByteRequest, ZarrPythonStore, make_store,
