@@ -13,6 +13,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -28,8 +29,9 @@ from tests.http_server import serve_plain
 
 
 class ThirdPartyStore(Store):
-    """A zarr-python store from another package: a dict, each ``get`` taking ``delay`` seconds,
-    counting the gets in flight; ``fail[key]`` failures to raise before a key is read."""
+    """A zarr-python store from another package: a dict, each ``get`` and ``list_dir`` taking
+    ``delay`` seconds, counting those in flight; ``fail[key]`` failures to raise before a key is
+    read (``fail["list:" + prefix]``: before a prefix is listed)."""
 
     supports_writes = supports_deletes = supports_listing = supports_partial_writes = True
 
@@ -38,6 +40,7 @@ class ThirdPartyStore(Store):
         self.values: dict[str, bytes] = {}
         self.delay = delay
         self.in_flight = self.most_in_flight = 0
+        self.listing = self.most_listing = 0
         self.fail: dict[str, list[BaseException]] = {}
         self.lock = threading.Lock()
 
@@ -89,6 +92,16 @@ class ThirdPartyStore(Store):
                 yield key
 
     async def list_dir(self, prefix: str):
+        with self.lock:
+            self.listing += 1
+            self.most_listing = max(self.most_listing, self.listing)
+        try:
+            await asyncio.sleep(self.delay)
+            if self.fail.get("list:" + prefix):
+                raise self.fail["list:" + prefix].pop(0)
+        finally:
+            with self.lock:
+                self.listing -= 1
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         for name in sorted({key[len(prefix) :].split("/")[0] for key in self.values if key.startswith(prefix)}):
             yield name
@@ -121,6 +134,21 @@ def test_the_store_s_errors_name_the_key_and_transient_ones_are_retried():
     with pytest.raises(StoreError, match=r"could not read 'a/c/1' in zarr-python store .*the vendor's own failure") as caught:
         zarrx.open_array(store, "a")[:]
     assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_listings_are_paced_by_the_host_limit_and_retried():
+    peer = ThirdPartyStore()
+    for i in range(128):
+        peer.values[f"g{i}/zarr.json"] = b"{}"
+    store = make_store(peer, storage_options={"zarrx_retries": 2})
+    peer.delay = 0.01
+    # 128 listings at once, from 64 threads, as a walk of a wide hierarchy sends them
+    with ThreadPoolExecutor(64) as pool:
+        listed = list(pool.map(store.list_dir, [f"g{i}/" for i in range(128)]))
+    assert listed == [["zarr.json"]] * 128
+    assert peer.most_listing <= 40, peer.most_listing  # the window, not the threads, sets the pace
+    peer.fail["list:g1"] = [ConnectionResetError("reset"), RuntimeError("Generic HTTP error: error sending request")]
+    assert store.list_dir("g1/") == ["zarr.json"] and peer.fail["list:g1"] == []
 
 
 def test_a_request_outliving_its_deadline_is_a_timeout_naming_the_key():

@@ -209,13 +209,7 @@ class ObstoreStore(Store):
         """One call of the store (a listing, a delete, a HEAD), paced, retried and bounded in time as
         reads are, errors wrapped."""
 
-        async def send(attempt: Attempt) -> Any:
-            sent = time.monotonic()
-            result = await call(make())
-            attempt.latency = time.monotonic() - sent
-            return result
-
-        outcome = self.transfers.send_many([(key, send)])[0]
+        outcome = self.transfers.send(key, lambda: call(make()))
         if isinstance(outcome, ZarrxError):
             raise outcome
         if isinstance(outcome, BaseException):

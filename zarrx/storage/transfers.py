@@ -295,6 +295,18 @@ class Transfers:
 
         return self.run(batch)
 
+    def send(self, path: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        """One call of a store (a listing, a delete, a HEAD) through ``path``'s limiter, retried and
+        bounded in time as reads are: its result, or the exception that ended it."""
+
+        async def send(attempt: Attempt) -> Any:
+            sent = time.monotonic()
+            result = await make()
+            attempt.latency = time.monotonic() - sent
+            return result
+
+        return self.send_many([(path, send)])[0]
+
     def call(self, what: str, make: Callable[[], Awaitable[Any]]) -> Any:
         """One request of the file system (a listing, a delete), within the request deadline."""
 

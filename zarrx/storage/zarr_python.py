@@ -359,13 +359,14 @@ class ZarrPythonStore(Store):
         return [ObjectRead(key, validate_key(key), *_bounds(byte_range), limit) for key, byte_range in requests]
 
     def _call(self, action: str, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
-        """One call of the store (a listing, a delete) within the request deadline, errors wrapped."""
-        try:
-            return self.transfers.call(f"{action} {key!r}", lambda: _call(make()))
-        except ZarrxError:
-            raise
-        except Exception as error:
-            raise self._error(action, key, error) from error
+        """One call of the store (a listing, a delete, an ``exists``), paced, retried and bounded in
+        time as reads are (a walk of a hierarchy lists many groups at once), errors wrapped."""
+        outcome = self.transfers.send(key, lambda: _call(make()))
+        if isinstance(outcome, ZarrxError):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            raise self._error(action, key, outcome) from outcome
+        return outcome
 
     # -- reading -----------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
