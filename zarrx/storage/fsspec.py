@@ -258,6 +258,17 @@ class FsspecStore(Store):
         kwargs = {**transfers.batch_size(method), **kwargs}
         return transfers.call(what or method, lambda: getattr(self.fs, "_" + method)(*args, **kwargs))
 
+    def _call_paced(self, method: str, path: str, **kwargs: Any) -> Any:
+        """``fs.<method>(path)`` (a listing) as one of the store's requests: through the host's
+        limiter, retried where zarrx retries, within the request deadline."""
+        transfers = self.transfers
+        if transfers is None:
+            return getattr(self.fs, method)(path, **kwargs)
+        outcome = transfers.send(path, lambda: getattr(self.fs, "_" + method)(path, **kwargs))
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
     # -- reading -----------------------------------------------------------------
     def _limit(self, max_size: int | None) -> int:
         return self.options.max_read_size if max_size is None else max_size
@@ -452,7 +463,7 @@ class FsspecStore(Store):
         folder_key = prefix.rpartition("/")[0]
         folder = (self._prefix + folder_key).rstrip("/") or self._prefix
         try:
-            paths = self._find(folder + self._folder_suffix, prefix, what=f"list {prefix!r}")
+            paths = self._find(folder + self._folder_suffix, prefix)
         except _MISSING:
             return iter([])
         except Exception as error:
@@ -466,7 +477,7 @@ class FsspecStore(Store):
             prefix += "/"
         folder = (self._prefix + prefix).rstrip("/") or self._prefix
         try:
-            paths = self._list_folder(folder + self._folder_suffix, what=f"list {prefix!r}")
+            paths = self._list_folder(folder + self._folder_suffix)
         except _MISSING:
             return []
         except Exception as error:
@@ -508,21 +519,21 @@ class FsspecStore(Store):
             raise failed
         return outcomes
 
-    def _list_folder(self, folder: str, what: str) -> list[str]:
+    def _list_folder(self, folder: str) -> list[str]:
         """``fs.ls(folder, detail=False)``, through the reader's listing where it has one."""
         if self._listing() is None:
-            return self._call("ls", folder, detail=False, what=what)
+            return self._call_paced("ls", folder, detail=False)
         (listed,) = self._list_folders([folder])
         if listed is None:
             raise FileNotFoundError(folder)
         return listed
 
-    def _find(self, folder: str, prefix: str, what: str) -> list[str]:
+    def _find(self, folder: str, prefix: str) -> list[str]:
         """``fs.find(folder)``: the paths of the files below it. Through the reader's listing where
         it has one: the folders of each depth listed in one batch, only those that may hold
         keys starting with ``prefix``."""
         if self._listing() is None:
-            return self._call("find", folder, what=what)
+            return self._call_paced("find", folder)
         files: list[str] = []
         seen = {folder}
         listings = self._list_folders([folder])

@@ -1,4 +1,4 @@
-"""Folder listings over HTTP are requests like any other (issues 28 and 32).
+"""Folder listings are requests like any other (issues 28 and 32).
 
 A hierarchy without consolidated metadata is opened by listing each group's folder page. Those
 listings used to go through fsspec's ``ls``, around the host's limiter and connection gate: on
@@ -6,20 +6,28 @@ listings used to go through fsspec's ``ls``, around the host's limiter and conne
 listings of a 40-group tree overflowed the backlog and waited for TCP's 1 s retransmissions,
 every open. zarrx now reads a folder page itself (``HttpReader.listing``), as it reads a value.
 
+On other async file systems (s3fs, gcsfs, ...) a listing is the file system's own ``ls`` or
+``find``, sent through the host's limiter as a read is.
+
 Real servers on 127.0.0.1 (:mod:`tests.http_server`; exactly ``python -m http.server`` where the
-page's form matters) and real opens.
+page's form matters), real opens, and a file system from another package.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import xarray as xr
+from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.http import HTTPFileSystem
 
 import zarrx
 from zarrx.errors import StoreError, StoreTimeoutError
-from zarrx.storage import make_store
+from zarrx.storage import FsspecStore, make_store
 from zarrx.storage.http import folder_links
 
 from tests.http_server import FailFirst, Stall, serve, serve_plain
@@ -140,3 +148,45 @@ def test_counting_the_stored_chunks_lists_through_the_limiter(tmp_path):
         # the array's folder, c/, then c/0/ to c/2/ in one batch: each listing through the limiter
         assert sum(r.path.endswith("/") for r in server.requests) == 5
         assert limiter_of(server.url).counts["answers"] == server.count()
+
+
+class SlowListings(AsyncFileSystem):
+    """An async file system from another package: folders of empty files, each listing taking
+    10 ms, counting the listings in flight."""
+
+    protocol = "slowlistings"
+
+    def __init__(self, folders: int) -> None:
+        super().__init__(skip_instance_cache=True)
+        self.folders = folders
+        self.listing = self.most_listing = 0
+        self.lock = threading.Lock()
+
+    async def _ls(self, path, detail=True, **kwargs):
+        with self.lock:
+            self.listing += 1
+            self.most_listing = max(self.most_listing, self.listing)
+        try:
+            await asyncio.sleep(0.01)
+        finally:
+            with self.lock:
+                self.listing -= 1
+        path = path.rstrip("/")
+        if path == "root":
+            names = [f"root/g{i}" for i in range(self.folders)]
+            return [{"name": name, "type": "directory", "size": 0} for name in names] if detail else names
+        if path.startswith("root/g"):
+            return [{"name": f"{path}/zarr.json", "type": "file", "size": 0}] if detail else [f"{path}/zarr.json"]
+        raise FileNotFoundError(path)
+
+
+def test_listings_of_other_async_file_systems_are_paced_by_the_host_limit():
+    fs = SlowListings(folders=128)
+    store = FsspecStore(fs, "root", read_only=True, max_concurrency=8)
+    assert store.list_dir("") == sorted(f"g{i}" for i in range(128))
+    # 128 listings at once, from 64 threads, as a walk of a wide hierarchy sends them
+    with ThreadPoolExecutor(64) as pool:
+        listed = list(pool.map(store.list_dir, [f"g{i}/" for i in range(128)]))
+    assert listed == [["zarr.json"]] * 128
+    assert fs.most_listing <= 8, fs.most_listing  # the host's limit, not the threads, sets the pace
+    assert store.list_dir("nothing/") == []
