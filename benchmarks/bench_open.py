@@ -20,7 +20,10 @@ request rounds** it made, counted by :class:`zarrx.storage.MetricsStore` (``summ
 libraries over HTTP the latency's cost in round trips, ``(seconds - local seconds) / delay``
 (what issue 32 measures) -- or, with ``--where`` including ``http0`` (the same server adding no
 delay), ``(seconds - seconds at 0 ms) / delay``, which leaves out the client's and the
-server's CPU time per request (on a loaded machine tens of milliseconds for a batch of 80). The **write** case writes the 40-group tree (NumPy-backed) with
+server's CPU time per request (on a loaded machine tens of milliseconds for a batch of 80). With
+``plain``, the stores are also opened from exactly ``python -m http.server`` (no added delay;
+HTTP/1.0, a connection per request, a listen backlog of 5: what trees without consolidated
+metadata are most often served from). The **write** case writes the 40-group tree (NumPy-backed) with
 ``dt.zarrx.to_zarr`` and with ``DataTree.to_zarr`` (engine="zarr"), consolidated, to a fresh
 folder and to the S3 server.
 
@@ -28,6 +31,7 @@ Usage::
 
     python benchmarks/bench_open.py                       # 10, 40 and 200 groups; local, HTTP, S3
     python benchmarks/bench_open.py --groups 40 --where local,http
+    python benchmarks/bench_open.py --groups 40 --where local,plain
     python benchmarks/bench_open.py --output table.md
     python benchmarks/bench_open.py --smoke               # 3 groups, 2 ms, local and HTTP: CI
 """
@@ -50,14 +54,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the servers of the test suite
 
-from tests.http_server import ServerProcess  # noqa: E402
+from tests.http_server import PlainServer, ServerProcess  # noqa: E402
 
 LIBRARIES = ("zarrx", "zarr")
 #: a library not measured (``--libraries``)
 MISSING: dict[str, Any] = {}
 BUCKET = "bench"
 S3_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
-WHERE = ("local", "http0", "http", "s3")
+WHERE = ("local", "http0", "http", "plain", "s3")
 
 
 # -- the data ----------------------------------------------------------------------------------------
@@ -259,6 +263,8 @@ def run(
                     servers[place] = ServerProcess(
                         ["-m", "tests.http_server", str(root), "--delay", str(added), "--backlog", "128"], cwd=REPO
                     )
+            if "plain" in where:
+                servers["plain"] = PlainServer(root)
             if "s3" in where:
                 servers["s3"] = ServerProcess(["-m", "tests.s3_server"], cwd=REPO)
                 upload(root, servers["s3"].url)
@@ -266,6 +272,7 @@ def run(
                 "local": (lambda name: str(root / name), {}),
                 "http": (lambda name: f"{servers['http'].url}/{name}", {}),
                 "http0": (lambda name: f"{servers['http0'].url}/{name}", {}),
+                "plain": (lambda name: f"{servers['plain'].url}/{name}", {}),
                 "s3": (lambda name: f"s3://{BUCKET}/{name}", {"endpoint_url": servers["s3"].url, **S3_CREDENTIALS} if "s3" in servers else {}),
             }
             for name, (kind, consolidated) in names.items():
