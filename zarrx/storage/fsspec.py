@@ -264,10 +264,7 @@ class FsspecStore(Store):
         transfers = self.transfers
         if transfers is None:
             return getattr(self.fs, method)(path, **kwargs)
-        outcome = transfers.send(path, lambda: getattr(self.fs, "_" + method)(path, **kwargs))
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return transfers.send(path, lambda: getattr(self.fs, "_" + method)(path, **kwargs))
 
     # -- reading -----------------------------------------------------------------
     def _limit(self, max_size: int | None) -> int:

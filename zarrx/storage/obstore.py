@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
-from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, ZarrxError
+from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.metadata_updates import folder_lock
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.remote import RemoteOptions
@@ -209,12 +210,7 @@ class ObstoreStore(Store):
         """One call of the store (a listing, a delete, a HEAD), paced, retried and bounded in time as
         reads are, errors wrapped."""
 
-        outcome = self.transfers.send(key, lambda: call(make()))
-        if isinstance(outcome, ZarrxError):
-            raise outcome
-        if isinstance(outcome, BaseException):
-            raise self._error(action, key, outcome) from outcome
-        return outcome
+        return self.transfers.send(key, lambda: call(make()), partial(self._error, action, key))
 
     # -- reading -------------------------------------------------------------------
     def _reads(self, requests: Sequence[tuple[str, ByteRequest | None]], max_size: int | None) -> list[ObjectRead]:

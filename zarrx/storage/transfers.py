@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
+from zarrx.errors import ZarrxError
 from zarrx.storage.limiter import HostLimiter, host_limiter
 
 __all__ = [
@@ -295,9 +296,12 @@ class Transfers:
 
         return self.run(batch)
 
-    def send(self, path: str, make: Callable[[], Awaitable[Any]]) -> Any:
+    def send(
+        self, path: str, make: Callable[[], Awaitable[Any]], error: Callable[[BaseException], Exception] | None = None
+    ) -> Any:
         """One call of a store (a listing, a delete, a HEAD) through ``path``'s limiter, retried and
-        bounded in time as reads are: its result, or the exception that ended it."""
+        bounded in time as reads are; its result. What ended it is raised: a zarrx error as it is,
+        another as ``error(failure)`` makes it (``error`` None: as it is too)."""
 
         async def send(attempt: Attempt) -> Any:
             sent = time.monotonic()
@@ -305,7 +309,12 @@ class Transfers:
             attempt.latency = time.monotonic() - sent
             return result
 
-        return self.send_many([(path, send)])[0]
+        outcome = self.send_many([(path, send)])[0]
+        if not isinstance(outcome, BaseException):
+            return outcome
+        if error is None or isinstance(outcome, ZarrxError):
+            raise outcome
+        raise error(outcome) from outcome
 
     def call(self, what: str, make: Callable[[], Awaitable[Any]]) -> Any:
         """One request of the file system (a listing, a delete), within the request deadline."""

@@ -36,9 +36,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
-from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError, ZarrxError
+from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.foreign_threads import settle_at_exit
 from zarrx.storage.http import host_of
 from zarrx.storage.limiter import MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR
@@ -361,12 +362,7 @@ class ZarrPythonStore(Store):
     def _call(self, action: str, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
         """One call of the store (a listing, a delete, an ``exists``), paced, retried and bounded in
         time as reads are (a walk of a hierarchy lists many groups at once), errors wrapped."""
-        outcome = self.transfers.send(key, lambda: _call(make()))
-        if isinstance(outcome, ZarrxError):
-            raise outcome
-        if isinstance(outcome, BaseException):
-            raise self._error(action, key, outcome) from outcome
-        return outcome
+        return self.transfers.send(key, lambda: _call(make()), partial(self._error, action, key))
 
     # -- reading -----------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRequest | None = None) -> bytes | None:
