@@ -14,9 +14,8 @@ its deadline a :class:`~zarrx.errors.StoreTimeoutError`. A ranged read the serve
 hold -- ``max_size`` of :meth:`FsspecStore.get_many` and :meth:`FsspecStore.get_ranges` (the
 array layer passes a chunk's or shard's largest encoded size), else ``zarrx_max_read_size``
 (see :mod:`zarrx.storage.remote`, which :meth:`FsspecStore.from_url` configures the libraries
-with). HTTP(S) stores are read-only (:class:`~zarrx.errors.ReadOnlyError`); listing over HTTP
-works where the server answers a folder URL with an HTML index of links (``python -m
-http.server``, nginx's ``autoindex``); elsewhere open hierarchies through consolidated metadata.
+with), and lists folders as requests of the host too (:mod:`zarrx.storage.listings`). HTTP(S)
+stores are read-only (:class:`~zarrx.errors.ReadOnlyError`).
 
 **Synchronous file systems** (the caches ``simplecache::``, ``filecache::``, ``blockcache::``,
 zip, sftp, memory, ...) read a batch with one ``cat_ranges`` (not ``cat``, which expands the
@@ -31,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import fsspec
@@ -40,6 +38,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage import conditional
+from zarrx.storage.listings import Listings
 from zarrx.storage.local import LocalStore, is_temporary_name
 from zarrx.storage.metadata_updates import LOCK_NAME
 from zarrx.storage.paths import validate_key, validate_prefix
@@ -258,14 +257,6 @@ class FsspecStore(Store):
         kwargs = {**transfers.batch_size(method), **kwargs}
         return transfers.call(what or method, lambda: getattr(self.fs, "_" + method)(*args, **kwargs))
 
-    def _call_paced(self, method: str, path: str, **kwargs: Any) -> Any:
-        """``fs.<method>(path)`` (a listing) as one of the store's requests: through the host's
-        limiter, retried where zarrx retries, within the request deadline."""
-        transfers = self.transfers
-        if transfers is None:
-            return getattr(self.fs, method)(path, **kwargs)
-        return transfers.send(path, lambda: getattr(self.fs, "_" + method)(path, **kwargs))
-
     # -- reading -----------------------------------------------------------------
     def _limit(self, max_size: int | None) -> int:
         return self.options.max_read_size if max_size is None else max_size
@@ -457,16 +448,14 @@ class FsspecStore(Store):
     # -- listing -----------------------------------------------------------------
     def list_prefix(self, prefix: str) -> Iterator[str]:
         validate_prefix(prefix)
-        folder_key = prefix.rpartition("/")[0]
-        folder = (self._prefix + folder_key).rstrip("/") or self._prefix
+        folder = (self._prefix + prefix.rpartition("/")[0]).rstrip("/") or self._prefix
         try:
-            paths = self._find(folder + self._folder_suffix, prefix)
+            keys = self._listings().keys(folder + self._folder_suffix, prefix)
         except _MISSING:
             return iter([])
         except Exception as error:
             raise self._error("list", prefix, error) from error
-        keys = (self._key(path) for path in paths)
-        return iter([key for key in keys if key is not None and key.startswith(prefix) and not self._is_temporary(key)])
+        return iter([key for key in keys if not self._is_temporary(key)])
 
     def list_dir(self, prefix: str) -> list[str]:
         validate_prefix(prefix)
@@ -474,81 +463,17 @@ class FsspecStore(Store):
             prefix += "/"
         folder = (self._prefix + prefix).rstrip("/") or self._prefix
         try:
-            paths = self._list_folder(folder + self._folder_suffix)
+            keys = self._listings().folder_keys(folder + self._folder_suffix)
         except _MISSING:
             return []
         except Exception as error:
             raise self._error("list", prefix, error) from error
-        names = set()
-        for path in paths:
-            key = self._key(path)
-            # ls of a file lists the file itself: not below the prefix, skipped
-            if key is not None and key.startswith(prefix) and len(key) > len(prefix):
-                name = key[len(prefix) :].partition("/")[0]
-                if not self._is_temporary(prefix + name):
-                    names.add(name)
-        return sorted(names)
+        # ls of a file lists the file itself: not below the prefix, skipped
+        names = {key[len(prefix) :].partition("/")[0] for key in keys if key.startswith(prefix) and key != prefix}
+        return sorted(name for name in names if not self._is_temporary(prefix + name))
 
-    def _listing(self) -> Any:
-        """The reader's own folder listing (HTTP: it reads the folder's page as one of its requests,
-        through the host's limiter and connection gate, retried, within the request deadline, as
-        a value's read is), or None: the file system's ``ls`` and ``find`` list."""
-        transfers = self.transfers
-        return getattr(transfers.reader, "listing", None) if transfers is not None else None
-
-    def _list_folders(self, folders: Sequence[str]) -> list[list[str] | None]:
-        """What ``fs.ls(folder, detail=False)`` gives for each folder (None: no such folder), all
-        in one batch of the reader's listings."""
-        found = self._send_listings(folders)
-        # as fsspec does: a page that links to nothing below ".../" is asked again without the "/"
-        again = [i for i, listed in enumerate(found) if listed == [] and folders[i].endswith("/")]
-        for i, listed in zip(again, self._send_listings([folders[i].rstrip("/") for i in again])):
-            found[i] = listed
-        return found
-
-    def _send_listings(self, paths: Sequence[str]) -> list[list[str] | None]:
-        if not paths:
-            return []
-        listing, limit = self._listing(), self.options.max_read_size
-        outcomes = self.transfers.send_many([(path, partial(listing, path, limit)) for path in paths])
-        failed = next((outcome for outcome in outcomes if isinstance(outcome, BaseException)), None)
-        if failed is not None:
-            raise failed
-        return outcomes
-
-    def _list_folder(self, folder: str) -> list[str]:
-        """``fs.ls(folder, detail=False)``, through the reader's listing where it has one."""
-        if self._listing() is None:
-            return self._call_paced("ls", folder, detail=False)
-        (listed,) = self._list_folders([folder])
-        if listed is None:
-            raise FileNotFoundError(folder)
-        return listed
-
-    def _find(self, folder: str, prefix: str) -> list[str]:
-        """``fs.find(folder)``: the paths of the files below it. Through the reader's listing where
-        it has one: the folders of each depth listed in one batch, only those that may hold
-        keys starting with ``prefix``."""
-        if self._listing() is None:
-            return self._call_paced("find", folder)
-        files: list[str] = []
-        seen = {folder}
-        listings = self._list_folders([folder])
-        if listings[0] is None:
-            raise FileNotFoundError(folder)
-        while listings:
-            level = []
-            for path in (path for listed in listings for path in listed or ()):
-                if not path.endswith("/"):
-                    files.append(path)
-                    continue
-                key = self._key(path)
-                inside = key is not None and ((key + "/").startswith(prefix) or prefix.startswith(key + "/"))
-                if inside and path not in seen:
-                    seen.add(path)
-                    level.append(path)
-            listings = self._list_folders(level)
-        return sorted(files)
+    def _listings(self) -> Listings:
+        return Listings(self.fs, self.transfers, self.options.max_read_size, self._key)
 
     def _is_temporary(self, key: str) -> bool:
         # Only LocalStore writes temporary files; elsewhere such a name is a real key.

@@ -1,7 +1,9 @@
 """Reading objects over HTTP(S) with aiohttp: bounded bodies, per-host connection gating.
 
 zarrx reads the values of HTTP stores itself rather than through fsspec's ``_cat_file``,
-which reads any body whole and takes a ``200`` answer to a ranged request as the range.
+which reads any body whole and takes a ``200`` answer to a ranged request as the range, and
+reads the folder pages it lists itself too (:meth:`HttpReader.listing`; fsspec's ``ls`` would go
+around the connection gating below).
 :class:`HttpReader` sends one GET through the session of fsspec's HTTP file system (so the
 user's ``client_kwargs`` -- headers, auth, SSL -- and zarrx's timeouts apply) and:
 
@@ -315,7 +317,8 @@ _BARE_URL = re.compile(r"""(?P<url>http[s]?://[-a-zA-Z0-9@:%_+.~#?&/=]+)""")
 
 def folder_links(page: str, url: str, fs: Any) -> list[str]:
     """The URLs below ``url`` that its folder ``page`` links to, sorted: what fsspec's
-    ``HTTPFileSystem.ls(url, detail=False)`` lists (its ``simple_links`` honoured), so that keys come out of a listing the same whichever of the two read it.
+    ``HTTPFileSystem.ls(url, detail=False)`` lists (its ``simple_links`` honoured), so that a
+    listing gives the same keys whichever of the two read it.
 
     Examples
     --------
