@@ -16,7 +16,13 @@ page's form matters), real opens, and a file system from another package.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import html
+import http.server
+import os
 import threading
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -190,3 +196,51 @@ def test_listings_of_other_async_file_systems_are_paced_by_the_host_limit():
     assert listed == [["zarr.json"]] * 128
     assert fs.most_listing <= 8, fs.most_listing  # the host's limit, not the threads, sets the pace
     assert store.list_dir("nothing/") == []
+
+
+class IndexPages(http.server.SimpleHTTPRequestHandler):
+    """Folder pages as other web servers write them: Apache's (sort links ``?C=N;O=D``, a parent
+    link by absolute path) or Caddy's (links ``./name``)."""
+
+    style = "apache"
+
+    def list_directory(self, path):
+        names = sorted(name + ("/" if os.path.isdir(os.path.join(path, name)) else "") for name in os.listdir(path))
+        if self.style == "apache":
+            rows = ['<a href="?C=N;O=D">Name</a> <a href="?C=M;O=A">Last modified</a>', '<a href="/">Parent Directory</a>']
+            rows += [f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a>' for name in names]
+        else:
+            rows = ['<a href="../">Up</a>'] + [f'<a href="./{urllib.parse.quote(name)}">{html.escape(name)}</a>' for name in names]
+        page = ("<html><body>" + "<br>\n".join(rows) + "</body></html>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        return __import__("io").BytesIO(page)
+
+    def log_message(self, *arguments):
+        pass
+
+
+@contextlib.contextmanager
+def serve_index_pages(folder, style):
+    handler = type(f"{style}Pages", (IndexPages,), {"style": style})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("style", ["apache", "caddy"])
+def test_trees_open_from_other_servers_folder_pages(tree, style):
+    expected = xr.open_datatree(tree, engine="zarrx", consolidated=False)
+    with serve_index_pages(tree.parent, style) as url:
+        # listed as fsspec lists them, Apache's sort links were entries (the "node" below one read the
+        # page again: an error) and Caddy's "./g0/" links gave no group at all; engine="zarr" fails on both
+        opened = xr.open_datatree(f"{url}/{tree.name}", engine="zarrx", consolidated=False)
+        xr.testing.assert_identical(opened.load(), expected.load())
+        assert make_store(f"{url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]

@@ -38,7 +38,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from zarrx.storage.limiter import HostLimiter
 from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, ServerAnswer, SlowConnect
@@ -316,30 +316,33 @@ _BARE_URL = re.compile(r"""(?P<url>http[s]?://[-a-zA-Z0-9@:%_+.~#?&/=]+)""")
 
 
 def folder_links(page: str, url: str, fs: Any) -> list[str]:
-    """The URLs below ``url`` that its folder ``page`` links to, sorted: what fsspec's
-    ``HTTPFileSystem.ls(url, detail=False)`` lists (its ``simple_links`` honoured), so that a
-    listing gives the same keys whichever of the two read it.
+    """The URLs below the folder ``url`` that its ``page`` links to, sorted, as fsspec's
+    ``HTTPFileSystem.ls(url, detail=False)`` finds them (its ``simple_links`` honoured; ``http``
+    and ``https`` taken as one), so that a listing gives the same keys whichever of the two read
+    it -- except that links are resolved as browsers resolve them (RFC 3986: ``./g0/`` is
+    ``g0/``, as Caddy writes its links), and links with a query or a fragment (the sort links
+    ``?C=N;O=D`` of Apache's pages) are not entries: fsspec lists those, and reading a node
+    below them reads the folder's page again.
 
     Examples
     --------
-    >>> page = '<a href="g0/">g0/</a> <a href="zarr.json">zarr.json</a> <a href="../">up</a>'
+    >>> page = '<a href="g0/">g0</a> <a href="./zarr.json">zarr.json</a> <a href="../">up</a> <a href="?C=N">N</a>'
     >>> folder_links(page, "http://h/t.zarr/", None)
     ['http://h/t.zarr/g0/', 'http://h/t.zarr/zarr.json']
     """
     links = [match[2] for match in _HREF.findall(page)]
     if getattr(fs, "simple_links", True):
         links = _BARE_URL.findall(page) + links
-    parts = urlsplit(url)
-    below = url.rstrip("/") + "/"
+    base = url.rstrip("/") + "/"
+    below = base.replace("https", "http")
     found = set()
     for link in links:
-        if link.startswith("/") and len(link) > 1:  # an absolute path on this server
-            link = f"{parts.scheme}://{parts.netloc}{link}"
-        if link.startswith("http"):
-            if link.replace("https", "http").startswith(below.replace("https", "http")):
-                found.add(link)  # http and https count as one (as in fsspec, whatever its same_scheme)
-        elif link not in ("..", "../"):  # a relative link; not the parent
-            found.add("/".join([url.rstrip("/"), link.lstrip("/")]))
+        if "?" in link or "#" in link:  # a query or a fragment: not an entry of the folder
+            continue
+        target = urljoin(base, link)
+        plain = target.replace("https", "http")
+        if plain.startswith(below) and len(plain) > len(below):
+            found.add(target)
     return sorted(found)
 
 
