@@ -138,6 +138,10 @@ def test_http_store_over_python_http_server_reads_whole_values_and_ranges(tmp_pa
         xr.testing.assert_identical(ours.load(), theirs.load())
         by_url = xr.open_dataset(server.url + "/d.zarr", engine="zarrx", storage_options={"zarrx_backend": "obstore"})
         xr.testing.assert_identical(by_url.load(), theirs.load())
+        # a web server that does not answer WebDAV's PROPFIND: the error says so, and what works instead
+        unretried = HTTPStore.from_url(server.url, client_options={"allow_http": True}, retry_config={"max_retries": 0})
+        with pytest.raises(StoreError, match="does not list folders by WebDAV.*by its URL"):
+            xr.open_datatree(unretried, engine="zarrx", group="d.zarr", consolidated=False)
 
 
 # -- S3Store on moto's server ----------------------------------------------------------------------

@@ -197,6 +197,10 @@ class ObstoreStore(Store):
         timed_out = timed_out or isinstance(error, TimedOut)
         error_class = StoreTimeoutError if timed_out else StoreError
         where = "(the bucket does not exist) " if isinstance(error, MissingBucket) else ""
+        if "PROPFIND" in detail:  # an HTTPStore lists by WebDAV, which most web servers do not answer
+            where = ("(the web server does not list folders by WebDAV, which obstore's HTTPStore lists with: "
+                     "open the hierarchy through its consolidated metadata, or by its URL, which zarrx lists "
+                     "from the server's folder pages) ")  # fmt: skip
         return error_class(
             f"could not {action} {key!r} at {self.url(key)} (obstore {self._store!r}): {where}{first_paragraph(detail)}"
         )
