@@ -3,8 +3,9 @@
 A hierarchy without consolidated metadata is opened by listing each group's folder page. Those
 listings used to go through fsspec's ``ls``, around the host's limiter and connection gate: on
 ``python -m http.server`` (a listen backlog of 5, a new connection per request) the burst of
-listings of a 40-group tree overflowed the backlog and waited for TCP's 1 s retransmissions,
-every open. zarrx now reads a folder page itself (``HttpReader.listing``), as it reads a value.
+listings of a 40-group tree overflowed the backlog and most opens waited for TCP's 1 s
+retransmissions. zarrx now reads a folder page itself (``HttpReader.listing``), as it reads a
+value, and reads its links as a browser does (Apache's and Caddy's pages too).
 
 On other async file systems (s3fs, gcsfs, ...) a listing is the file system's own ``ls`` or
 ``find``, sent through the host's limiter as a read is.
@@ -20,6 +21,7 @@ import contextlib
 import functools
 import html
 import http.server
+import io
 import os
 import threading
 import urllib.parse
@@ -216,7 +218,7 @@ class IndexPages(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(page)))
         self.end_headers()
-        return __import__("io").BytesIO(page)
+        return io.BytesIO(page)
 
     def log_message(self, *arguments):
         pass
