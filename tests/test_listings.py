@@ -205,6 +205,7 @@ class IndexPages(http.server.SimpleHTTPRequestHandler):
     link by absolute path) or Caddy's (links ``./name``)."""
 
     style = "apache"
+    charset = "utf-8"
 
     def list_directory(self, path):
         names = sorted(name + ("/" if os.path.isdir(os.path.join(path, name)) else "") for name in os.listdir(path))
@@ -215,7 +216,7 @@ class IndexPages(http.server.SimpleHTTPRequestHandler):
             rows = ['<a href="../">Up</a>'] + [f'<a href="./{urllib.parse.quote(name)}">{html.escape(name)}</a>' for name in names]
         page = ("<html><body>" + "<br>\n".join(rows) + "</body></html>").encode()
         self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Type", f"text/html; charset={self.charset}")
         self.send_header("Content-Length", str(len(page)))
         self.end_headers()
         return io.BytesIO(page)
@@ -225,8 +226,8 @@ class IndexPages(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_index_pages(folder, style):
-    handler = type(f"{style}Pages", (IndexPages,), {"style": style})
+def serve_index_pages(folder, style, charset="utf-8"):
+    handler = type(f"{style}Pages", (IndexPages,), {"style": style, "charset": charset})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -245,4 +246,9 @@ def test_trees_open_from_other_servers_folder_pages(tree, style):
         # page again: an error) and Caddy's "./g0/" links gave no group at all; engine="zarr" fails on both
         opened = xr.open_datatree(f"{url}/{tree.name}", engine="zarrx", consolidated=False)
         xr.testing.assert_identical(opened.load(), expected.load())
+        assert make_store(f"{url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]
+
+
+def test_a_folder_page_in_a_charset_python_does_not_know_is_still_listed(tree):
+    with serve_index_pages(tree.parent, "apache", charset="x-no-such-charset") as url:
         assert make_store(f"{url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]

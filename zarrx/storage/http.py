@@ -219,9 +219,9 @@ class HttpReader:
         return await self._get(read.path, headers, attempt, lambda response: self._body(read, response))
 
     async def listing(self, path: str, limit: int, attempt: Attempt) -> list[str] | None:
-        """The URLs a web server's page for the folder ``path`` links to below it, as fsspec's
-        ``HTTPFileSystem.ls(path, detail=False)`` gives them (sorted; folders end in ``/``); None
-        when the server has no such page (404, 410). The page may hold at most ``limit`` bytes.
+        """The URLs a web server's page for the folder ``path`` links to below it, as
+        :func:`folder_links` finds them (sorted; folders end in ``/``); None when the server has
+        no such page (404, 410). The page may hold at most ``limit`` bytes.
 
         The request goes as a value's read does: through the host's connection gate, with
         zarrx's timeouts, retried by the runner (fsspec's own ``ls`` goes around both, so a
@@ -236,7 +236,11 @@ class HttpReader:
             if response.headers.get("Content-Type", "text/html").partition(";")[0].strip() != "text/html":
                 return []  # a file, not a folder page
             page = await _read_bounded(response.content, limit)
-            return folder_links(page.decode(response.charset or "utf-8", errors="ignore"), path, self.fs)
+            try:
+                text = page.decode(response.charset or "utf-8", errors="ignore")
+            except LookupError:  # a charset Python does not know: the links are ASCII anyway
+                text = page.decode("utf-8", errors="ignore")
+            return folder_links(text, path, self.fs)
 
         return await self._get(path, {}, attempt, links)
 
