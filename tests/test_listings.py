@@ -252,3 +252,17 @@ def test_trees_open_from_other_servers_folder_pages(tree, style):
 def test_a_folder_page_in_a_charset_python_does_not_know_is_still_listed(tree):
     with serve_index_pages(tree.parent, "apache", charset="x-no-such-charset") as url:
         assert make_store(f"{url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]
+
+
+def test_a_server_without_folder_pages_is_an_error_not_an_empty_tree(tree):
+    # S3 website endpoints, CDNs and many static hosts answer 404 for a folder URL: listed that way,
+    # a tree without consolidated metadata looked like a group without children
+    no_folder_pages = lambda method, path: 404 if path.endswith("/") else None  # noqa: E731
+    with serve(tree.parent, fail=no_folder_pages) as server:
+        url = f"{server.url}/{tree.name}"
+        with pytest.raises(StoreError, match="does not show its own zarr.json.*consolidated metadata"):
+            xr.open_datatree(url, engine="zarrx", consolidated=False)
+        with pytest.raises(StoreError, match="group 'g2'"):  # a Dataset's variables are listed too
+            xr.open_dataset(url, engine="zarrx", group="g2", consolidated=False)
+        # what needs no listing still works: an array by its path
+        assert zarrx.open_array(url, path="g2/v")[...].tolist() == [2.0, 3.0, 4.0, 5.0]

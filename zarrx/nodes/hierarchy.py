@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from zarrx.errors import MetadataError
+from zarrx.errors import MetadataError, StoreError
 from zarrx.metadata.draft import (
     DRAFT_FORMAT,
     DraftGroupMetadata,
@@ -108,6 +108,15 @@ class V3Format(NodeFormat):
 
     def child_keys(self, store: Store, path: str, listed: Sequence[str] | None = None) -> dict[str, list[str]]:
         listed = store.list_dir(join_key(path, "")) if listed is None else listed
+        if ZARR_JSON not in listed:
+            # the group's own document is in its folder: a listing without it is not one (a web
+            # server answering 404 for folder pages, a listing cut short), and its "no children"
+            # would be a silent wrong answer
+            raise StoreError(
+                f"cannot list the children of the group {path or '/'!r} in {store!r}: the listing of its "
+                f"folder does not show its own {ZARR_JSON} (a web server without folder pages, or one "
+                "answering 404 for them?); open the hierarchy through its consolidated metadata"
+            )
         # names that cannot be nodes are not children, nor folders without a zarr.json
         names = sorted(name for name in listed if name != ZARR_JSON and is_node_name(name))
         return {name: [join_key(path, f"{name}/{ZARR_JSON}")] for name in names}
