@@ -28,6 +28,7 @@ dropped, and the client's TCP stack sends them again after 1 s, 3 s, ...).
 :class:`GzipBomb`      answers a small gzip body that decompresses to ``size`` bytes
 :class:`Redirect`      answers 302 to another path (``prefix`` + path), or to itself (a loop)
 :class:`HtmlPage`      answers every GET 200 with an HTML page (a login page, a "soft 404")
+:class:`IndexPages`    writes folder pages as Apache's or Caddy's are written (other link forms)
 =====================  ==========================================================================
 
 Usage::
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import itertools
 import json
 import os
@@ -61,6 +63,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -293,6 +296,35 @@ class HtmlPage:
         handler.end_headers()
         if method == "GET":
             handler.wfile.write(self.PAGE)
+        return True
+
+
+class IndexPages:
+    """Folder pages as other web servers write them, in ``charset``: Apache's mod_autoindex
+    (``style="apache"``: sort links ``?C=N;O=D``, a parent link by absolute path) or Caddy's file
+    browser (``"caddy"``: links ``./name``)."""
+
+    def __init__(self, style: str = "apache", charset: str = "utf-8") -> None:
+        self.style, self.charset = style, charset
+
+    def __call__(self, handler: "RangeHTTPRequestHandler", method: str) -> bool:
+        folder = handler.translate_path(handler.path)
+        if not os.path.isdir(folder) or not handler.path.endswith("/"):
+            return False
+        names = sorted(name + ("/" if os.path.isdir(os.path.join(folder, name)) else "") for name in os.listdir(folder))
+        links = [(urllib.parse.quote(name), html.escape(name)) for name in names]
+        if self.style == "apache":
+            rows = ['<a href="?C=N;O=D">Name</a> <a href="?C=M;O=A">Modified</a>', '<a href="/">Parent Directory</a>']
+            rows += [f'<a href="{href}">{text}</a>' for href, text in links]
+        else:
+            rows = ['<a href="../">Up</a>'] + [f'<a href="./{href}">{text}</a>' for href, text in links]
+        page = ("<html><body>" + "<br>\n".join(rows) + "</body></html>").encode()
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", f"text/html; charset={self.charset}")
+        handler.send_header("Content-Length", str(len(page)))
+        handler.end_headers()
+        if method == "GET":
+            handler.wfile.write(page)
         return True
 
 

@@ -17,14 +17,7 @@ page's form matters), real opens, and a file system from another package.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import html
-import http.server
-import io
-import os
 import threading
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -38,7 +31,7 @@ from zarrx.errors import StoreError, StoreTimeoutError
 from zarrx.storage import FsspecStore, make_store
 from zarrx.storage.http import folder_links
 
-from tests.http_server import FailFirst, Stall, serve, serve_plain
+from tests.http_server import FailFirst, IndexPages, Stall, serve, serve_plain
 from tests.test_connections import limiter_of
 
 GROUPS = 12
@@ -200,48 +193,11 @@ def test_listings_of_other_async_file_systems_are_paced_by_the_host_limit():
     assert store.list_dir("nothing/") == []
 
 
-class IndexPages(http.server.SimpleHTTPRequestHandler):
-    """Folder pages as other web servers write them: Apache's (sort links ``?C=N;O=D``, a parent
-    link by absolute path) or Caddy's (links ``./name``)."""
-
-    style = "apache"
-    charset = "utf-8"
-
-    def list_directory(self, path):
-        names = sorted(name + ("/" if os.path.isdir(os.path.join(path, name)) else "") for name in os.listdir(path))
-        if self.style == "apache":
-            rows = ['<a href="?C=N;O=D">Name</a> <a href="?C=M;O=A">Last modified</a>', '<a href="/">Parent Directory</a>']
-            rows += [f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a>' for name in names]
-        else:
-            rows = ['<a href="../">Up</a>'] + [f'<a href="./{urllib.parse.quote(name)}">{html.escape(name)}</a>' for name in names]
-        page = ("<html><body>" + "<br>\n".join(rows) + "</body></html>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", f"text/html; charset={self.charset}")
-        self.send_header("Content-Length", str(len(page)))
-        self.end_headers()
-        return io.BytesIO(page)
-
-    def log_message(self, *arguments):
-        pass
-
-
-@contextlib.contextmanager
-def serve_index_pages(folder, style, charset="utf-8"):
-    handler = type(f"{style}Pages", (IndexPages,), {"style": style, "charset": charset})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize("style", ["apache", "caddy"])
 def test_trees_open_from_other_servers_folder_pages(tree, style):
     expected = xr.open_datatree(tree, engine="zarrx", consolidated=False)
-    with serve_index_pages(tree.parent, style) as url:
+    with serve(tree.parent, behaviour=IndexPages(style)) as server:
+        url = server.url
         # listed as fsspec lists them, Apache's sort links were entries (the "node" below one read the
         # page again: an error) and Caddy's "./g0/" links gave no group at all; engine="zarr" fails on both
         opened = xr.open_datatree(f"{url}/{tree.name}", engine="zarrx", consolidated=False)
@@ -250,8 +206,8 @@ def test_trees_open_from_other_servers_folder_pages(tree, style):
 
 
 def test_a_folder_page_in_a_charset_python_does_not_know_is_still_listed(tree):
-    with serve_index_pages(tree.parent, "apache", charset="x-no-such-charset") as url:
-        assert make_store(f"{url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]
+    with serve(tree.parent, behaviour=IndexPages("apache", charset="x-no-such-charset")) as server:
+        assert make_store(f"{server.url}/{tree.name}", mode="r").list_dir("g3/") == ["v", "x", "zarr.json"]
 
 
 def test_a_server_without_folder_pages_is_an_error_not_an_empty_tree(tree):
