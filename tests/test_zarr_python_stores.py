@@ -177,6 +177,29 @@ def test_zarrx_does_not_import_zarr_python_to_recognise_stores():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_store_that_must_be_opened_first_is_opened_as_zarr_python_opens_it(tmp_path):
+    # zarr-python's ZipStore makes its zip file and lock when opened (StorePath.open does it
+    # before zarr-python's first call); unopened, every call fails on the missing lock
+    import xarray as xr
+
+    import zarrx.xarray  # noqa: F401 (the .zarrx accessor)
+
+    ds = xr.Dataset({"a": (("x", "y"), np.arange(200.0).reshape(10, 20))}, coords={"x": np.arange(10)})
+    store = zarr.storage.ZipStore(tmp_path / "ours.zip", mode="w")
+    ds.zarrx.to_zarr(store)
+    store.close()
+    with zarr.storage.ZipStore(tmp_path / "ours.zip", mode="r") as store:
+        xr.testing.assert_identical(xr.open_dataset(store, engine="zarr").load(), ds)
+    ds.to_zarr(zarr.storage.ZipStore(tmp_path / "theirs.zip", mode="w"), zarr_format=3, consolidated=False)
+    for name in ["ours.zip", "theirs.zip"]:
+        with zarr.storage.ZipStore(tmp_path / name, mode="r") as store:
+            xr.testing.assert_identical(xr.open_dataset(store, engine="zarrx").load(), ds)
+            np.testing.assert_array_equal(zarrx.open_array(store, "a")[:], ds.a.values)
+    # a store that cannot be opened is a StoreError naming it and why
+    with pytest.raises(StoreError, match=r"could not open zarr-python store ZipStore.*missing.zip.*FileNotFoundError"):
+        zarrx.open_group(zarr.storage.ZipStore(tmp_path / "missing.zip", mode="r"))
+
+
 @pytest.fixture(scope="module")
 def plain_server(tmp_path_factory):
     """Exactly ``python -m http.server`` over a 256-chunk array and a sharded one."""

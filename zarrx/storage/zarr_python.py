@@ -259,7 +259,13 @@ class _OnLoop:
         self.loop = loop
 
 
-async def _running_loop() -> asyncio.AbstractEventLoop:
+async def _opened(store: Any) -> asyncio.AbstractEventLoop:
+    """zarr-python's event loop, with ``store`` opened on it as zarr-python opens a store before
+    its first call (``StorePath.open`` with no mode only opens it): a ``ZipStore`` makes its
+    zip file and lock there, and fails every call before it."""
+    from zarr.storage import StorePath
+
+    await StorePath.open(store, "", mode=None)
     return asyncio.get_running_loop()
 
 
@@ -340,7 +346,12 @@ class ZarrPythonStore(Store):
         if self._transfers is None:
             from zarr.core.sync import sync
 
-            self._transfers = Transfers(_OnLoop(sync(_running_loop())), _Reader(self._store), self.options)
+            try:
+                loop = sync(_opened(self._store))
+            except Exception as error:  # noqa: BLE001 (any store's own failure to open, told as zarrx's)
+                detail = f"{type(error).__name__}: {error}"
+                raise StoreError(f"could not open zarr-python store {self._store!r}: {detail}") from error
+            self._transfers = Transfers(_OnLoop(loop), _Reader(self._store), self.options)
         return self._transfers
 
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
