@@ -113,11 +113,11 @@ def _told_enough(scheme: str, kwargs: Mapping[str, Any]) -> bool:
     library can: on S3 the bucket's region (or an endpoint) and the credentials or ``anon``
     (botocore also reads ``~/.aws`` profiles and asks S3 where a bucket is); on GCS the
     credentials or ``anon`` (gcsfs falls back to anonymous access); on Azure the account and
-    its credentials or ``anon``. Web servers need nothing."""
+    its credentials or ``anon`` (a connection string gives both), or Azurite's. Web servers need nothing."""
     environ = os.environ
     if scheme in AZURE_SCHEMES:
-        return bool(kwargs.get("account_name") and (kwargs.get("skip_signature") or kwargs.get("account_key")
-                                                    or kwargs.get("sas_key") or kwargs.get("client_secret")))  # fmt: skip
+        who = any(kwargs.get(name) for name in ("skip_signature", "account_key", "sas_key", "client_secret"))
+        return bool(kwargs.get("use_emulator") or (kwargs.get("account_name") and who))
     if scheme in ("gs", "gcs"):
         return bool(kwargs.get("skip_signature") or kwargs.get("service_account_key") or kwargs.get("service_account_path")
                     or environ.get("GOOGLE_APPLICATION_CREDENTIALS") or environ.get("GOOGLE_SERVICE_ACCOUNT"))  # fmt: skip
@@ -247,9 +247,38 @@ def _gcs(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _azure(options: dict[str, Any]) -> dict[str, Any]:
-    kwargs = _renamed(options, AZURE_OPTIONS, special=("anon",))
+    kwargs = _renamed(options, AZURE_OPTIONS, special=("anon", "connection_string"))
+    if options.get("connection_string"):
+        kwargs = {**_connection_string(options["connection_string"]), **kwargs}
     if options.get("anon"):
         kwargs["skip_signature"] = True
+    return kwargs
+
+
+def _connection_string(text: str) -> dict[str, Any]:
+    """AzureStore's configuration from an Azure Storage connection string (adlfs's
+    ``connection_string``, what the Azure portal and Azurite's docs give): its ``Name=value;``
+    settings, the blob endpoint built from the protocol and suffix when not given.
+
+    >>> _connection_string("DefaultEndpointsProtocol=https;AccountName=acc;AccountKey=k==;EndpointSuffix=core.windows.net")
+    {'account_name': 'acc', 'account_key': 'k==', 'endpoint': 'https://acc.blob.core.windows.net'}
+    >>> _connection_string("UseDevelopmentStorage=true")
+    {'use_emulator': True}
+    """
+    settings = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
+    if settings.get("UseDevelopmentStorage", "").lower() == "true":
+        return {"use_emulator": True}  # Azurite's account, key and endpoint (127.0.0.1:10000)
+    kwargs: dict[str, Any] = {}
+    for setting, name in (("AccountName", "account_name"), ("AccountKey", "account_key"),
+                          ("SharedAccessSignature", "sas_key")):  # fmt: skip
+        if settings.get(setting):
+            kwargs[name] = settings[setting]
+    endpoint = settings.get("BlobEndpoint")
+    if not endpoint and "account_name" in kwargs:
+        protocol = settings.get("DefaultEndpointsProtocol", "https")
+        endpoint = f"{protocol}://{kwargs['account_name']}.blob.{settings.get('EndpointSuffix', 'core.windows.net')}"
+    if endpoint:
+        kwargs["endpoint"] = endpoint.rstrip("/")
     return kwargs
 
 
