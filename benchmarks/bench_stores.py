@@ -8,6 +8,9 @@ test suite, started by this script on 127.0.0.1 in processes of their own:
 ``python -m http.server``  exactly that: HTTP/1.0 (a connection per request), no byte ranges,
                            listen backlog 5
 ``S3 (moto)``              moto's S3 server (:mod:`tests.s3_server`)
+``Azure (Azurite)``        Microsoft's emulator of Azure Blob Storage (:mod:`tests.azurite`, which
+                           installs it with npm on first use); fsspec is adlfs there, the options
+                           a connection string
 =========================  ======================================================================
 
 the case is **read 256 chunks**: open a (1024, 1024) float32 array in 64 x 64 chunks and read it
@@ -20,7 +23,7 @@ way                         what
 ``zarrx fsspec``            ``zarrx.open_array(url, storage_options={..., "zarrx_backend": "fsspec"})``
 ``zarrx obstore``           the same with ``"zarrx_backend": "obstore"``
 ``zarrx ObjectStore``       ``zarrx.open_array(zarr.storage.ObjectStore(<obstore store>))``
-``zarr-python obstore``     ``zarr.open_array(zarr.storage.ObjectStore(S3Store(...) / HTTPStore(...)))``
+``zarr-python obstore``     ``zarr.open_array(zarr.storage.ObjectStore(S3Store / AzureStore / HTTPStore(...)))``
 ``zarr-python fsspec``      ``zarr.open_array(url, storage_options=...)`` (its own fsspec store)
 ==========================  =========================================================================
 
@@ -30,7 +33,7 @@ zarr-python's ``ObjectStore`` no slower than zarr-python's own on ``python -m ht
 
 Usage::
 
-    python benchmarks/bench_stores.py                 # both servers, 3 rounds
+    python benchmarks/bench_stores.py                 # every server, 3 rounds
     python benchmarks/bench_stores.py --rounds 5 --output stores.md
     python benchmarks/bench_stores.py --smoke         # tiny sizes, one round: CI
 """
@@ -56,15 +59,22 @@ from bench_latency import BUCKET, FULL, REPO, S3_CREDENTIALS, SMOKE, Sizes, star
 
 WAYS = ("zarrx fsspec", "zarrx obstore", "zarrx ObjectStore", "zarr-python obstore", "zarr-python fsspec")
 PEER = "zarr-python obstore"
-SERVERS = {"plain": "`python -m http.server`", "s3": "S3 (moto)"}
+SERVERS = {"plain": "`python -m http.server`", "s3": "S3 (moto)", "azure": "Azure (Azurite)"}
+#: the container the Azure server holds the data in
+CONTAINER = "bench"
 #: (server, way) -> the issue's target for way / zarr-python obstore (zarrx ObjectStore: / zarr-python's own)
 TARGETS = {("s3", "zarrx obstore"): 0.9, ("s3", "zarrx fsspec"): 0.9, ("plain", "zarrx obstore"): 1.0,
            ("plain", "zarrx fsspec"): 1.0, ("plain", "zarrx ObjectStore"): 1.0}  # fmt: skip
 
 
 def obstore_store(kind: str, url: str, endpoint: str) -> Any:
-    from obstore.store import HTTPStore, S3Store
+    from obstore.store import AzureStore, HTTPStore, S3Store
 
+    if kind == "azure":
+        from tests.azurite import ACCOUNT, KEY
+
+        return AzureStore(CONTAINER, endpoint=endpoint, account_name=ACCOUNT, account_key=KEY,
+                          client_options={"allow_http": True})  # fmt: skip
     if kind == "s3":
         return S3Store(BUCKET, endpoint=endpoint, access_key_id=S3_CREDENTIALS["key"], region="us-east-1",
                        secret_access_key=S3_CREDENTIALS["secret"], client_options={"allow_http": True})  # fmt: skip
@@ -82,8 +92,15 @@ def worker(way: str, kind: str, url: str, endpoint: str) -> dict[str, Any]:
     import zarrx  # noqa: F401
     from zarrx import open_array as zarrx_open_array  # zarrx imports its API on first use: before the clock
 
-    options = {"endpoint_url": endpoint, **S3_CREDENTIALS} if kind == "s3" else {}
-    base = f"s3://{BUCKET}" if kind == "s3" else url
+    options, base = {}, url
+    if kind == "s3":
+        options, base = {"endpoint_url": endpoint, **S3_CREDENTIALS}, f"s3://{BUCKET}"
+    elif kind == "azure":
+        import adlfs  # noqa: F401
+
+        from tests.azurite import Azurite
+
+        options, base = {"connection_string": Azurite(endpoint).connection_string}, f"az://{CONTAINER}"
     operations = {
         "zarrx fsspec": lambda: zarrx_open_array(f"{base}/chunks.zarr", storage_options={**options, "zarrx_backend": "fsspec"}),
         "zarrx obstore": lambda: zarrx_open_array(f"{base}/chunks.zarr", storage_options={**options, "zarrx_backend": "obstore"}),
@@ -113,16 +130,28 @@ def measure(way: str, kind: str, url: str, endpoint: str, smoke: bool) -> dict[s
 
 
 def run_server(kind: str, root: Path, rounds: int, smoke: bool) -> dict[str, list[dict[str, Any]]]:
+    if kind == "azure":
+        from tests.azurite import serve_azurite
+
+        with serve_azurite() as azure:
+            azure.container(CONTAINER)
+            azure.filesystem().put(str(root / "chunks.zarr"), f"{CONTAINER}/chunks.zarr", recursive=True)
+            return run_ways(kind, azure.url, rounds, smoke)
     server = start_server(kind, root, 0.0)
     try:
-        outcomes: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
-        for round_number in range(rounds):
-            for way in WAYS if round_number % 2 == 0 else WAYS[::-1]:
-                outcome = measure(way, kind, server.url, server.url, smoke)
-                outcomes[way].append(outcome)
-                print(f"{kind:<6} {way:<20} {outcome['seconds'] * 1000:8.1f} ms {outcome.get('error', '')[:100]}", flush=True)
+        return run_ways(kind, server.url, rounds, smoke)
     finally:
         server.close()
+
+
+def run_ways(kind: str, url: str, rounds: int, smoke: bool) -> dict[str, list[dict[str, Any]]]:
+    """Every way of reading, ``rounds`` times each, alternating the order; the values must agree."""
+    outcomes: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    for round_number in range(rounds):
+        for way in WAYS if round_number % 2 == 0 else WAYS[::-1]:
+            outcome = measure(way, kind, url, url, smoke)
+            outcomes[way].append(outcome)
+            print(f"{kind:<6} {way:<20} {outcome['seconds'] * 1000:8.1f} ms {outcome.get('error', '')[:100]}", flush=True)
     digests = {o["digest"] for results in outcomes.values() for o in results if "digest" in o}
     if len(digests) > 1:
         raise SystemExit(f"{kind}: the ways read different values")
@@ -132,7 +161,7 @@ def run_server(kind: str, root: Path, rounds: int, smoke: bool) -> dict[str, lis
 def table(results: dict[str, dict[str, list[dict[str, Any]]]], sizes: Sizes, rounds: int) -> str:
     import importlib.metadata as metadata
 
-    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("zarrx", "zarr", "obstore", "fsspec", "s3fs"))
+    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("zarrx", "zarr", "obstore", "fsspec", "s3fs", "adlfs"))
     lines = [
         f"Read {len(sizes.chunk_keys)} chunks, every measurement a fresh process ({versions}); median of {rounds} "
         f"interleaved rounds; load average {os.getloadavg()[0]:.1f} at the end. Ratio: to zarr-python + obstore "
