@@ -27,8 +27,12 @@ Its locks are re-entrant, taken in one global order, and separate from the write
 (the writes' are always taken last), so overlapping selections locked from many threads
 cannot deadlock.
 
-Locks are per process: writers in several processes (dask workers, a cluster) must
-write disjoint chunks, as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
+Other processes are excluded where the store can do it (its ``lock_objects``, see
+:mod:`zarrx.storage.metadata_updates`): a store of local files locks each partial object
+against every process of the machine (dask's worker processes, a ``multiprocessing``
+pool), so ``da.store(x, arr, lock=False)`` with blocks that share chunks keeps every value.
+Elsewhere (object stores, several machines) writers in several processes must write
+disjoint chunks, as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
 takes no lock, so one racing a partial write of the same object from another thread can
 end as the partial write's merge into the object as it was before (the whole write undone
 outside the partial selection): writes that overlap need :func:`chunk_lock` or an order.
@@ -122,10 +126,12 @@ def object_locks(store: Any, keys: Iterable[str]) -> Iterator[None]:
     >>> store.get("c/0")
     b'merged'
     """
+    keys = list(keys)
     try:
         identity = store.location
         hash(identity)
     except TypeError:  # a location that cannot be hashed: the store object itself
         identity = ("object", id(store))
-    with _holding(_OBJECT_LOCKS, {hash((identity, key)) % STRIPES for key in keys}):
+    # this process's threads first, then other processes' (a store of local files locks them)
+    with _holding(_OBJECT_LOCKS, {hash((identity, key)) % STRIPES for key in keys}), store.lock_objects(keys):
         yield

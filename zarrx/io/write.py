@@ -11,8 +11,8 @@ every stored object a selection touches (:func:`zarrx.io.plan.plan_objects` with
 
 Each object is stored atomically. The partial objects of a batch are locked
 (:func:`zarrx.io.locks.object_locks`) from before they are read until they are stored, so
-threads of one process writing parts of one object never drop each other's values; whole
-objects take no lock. On stores whose writes cost no round trip
+threads of one process (and, for a store of local files, the processes of the machine) writing
+parts of one object never drop each other's values; whole objects take no lock. On stores whose writes cost no round trip
 (``reads_are_local``) every object large enough for the thread pool is stored by the pool task
 that encoded it, while its bytes are still in the core's cache; with ``ZARRX_WRITE_DEPTH``
 (:func:`write_depth`) above 1 the task hands the write to the I/O pool instead

@@ -155,6 +155,13 @@ class FsspecStore(Store):
         return super().lock_metadata() if self._local is None else self._local.lock_metadata()
 
     @property
+    def locks_objects(self) -> bool:  # type: ignore[override]
+        return self._local is not None and self._local.locks_objects
+
+    def lock_objects(self, keys: Any) -> Any:
+        return super().lock_objects(keys) if self._local is None else self._local.lock_objects(keys)
+
+    @property
     def conditional_writes(self) -> bool:  # on S3
         return self._local is None and not self.read_only and "s3" in _protocols(self.fs)
 

@@ -52,7 +52,7 @@ from zarrx.concurrency import call_io_depth, map_concurrent, map_io
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
-from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, folder_lock
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, folder_lock, object_file_locks
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 
@@ -136,6 +136,14 @@ class LocalStore(Store):
         if self.read_only or not HAS_FILE_LOCKS:
             return contextlib.nullcontext()  # a read-only store updates no metadata
         return folder_lock(self.root)
+
+    @property
+    def locks_objects(self) -> bool:  # type: ignore[override]
+        return HAS_FILE_LOCKS and not self.read_only
+
+    def lock_objects(self, keys: Iterable[str]) -> Any:
+        """Locks of ``keys`` against other processes' partial writes (see :func:`object_file_locks`)."""
+        return object_file_locks(self.root, keys) if self.locks_objects else contextlib.nullcontext()
 
     def external_links(self, prefix: str = "") -> list[tuple[str, str]]:
         validate_prefix(prefix)

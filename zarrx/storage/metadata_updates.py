@@ -20,13 +20,30 @@ are store abilities, see :mod:`zarrx.storage.store`):
 A store with neither (a plain fsspec file system, zarr-python's stores) is serialized only
 within one process; ``docs/reliability.md`` says what that means and ``zarrx verify`` names the
 members a consolidated copy misses.
+
+Chunks are shared documents too when writes cover them in part: a partial write reads the
+chunk (or shard), merges its values and stores it whole. :mod:`zarrx.io.locks` serializes the
+threads of one process; a store that can also exclude other processes offers
+
+``locks_objects`` / ``lock_objects(keys)``
+    a ``with`` block in which no other process's partial write of those keys runs.
+    :class:`~zarrx.storage.local.LocalStore` takes a byte-range lock per key
+    (:func:`object_file_locks`) in a lock file of the machine's temporary folder, so every
+    process of the machine writing to that folder -- dask's worker processes, a
+    ``multiprocessing`` pool -- keeps every value, and the store gets no file of zarrx's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
-from typing import Any, Iterator
+import struct
+import sys
+import tempfile
+import threading
+from typing import Any, Iterable, Iterator
 
 from zarrx.errors import UsageError
 
@@ -35,7 +52,8 @@ try:  # POSIX; Windows has no flock, and a LocalStore there offers no metadata l
 except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "folder_lock", "HAS_FILE_LOCKS"]
+__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "folder_lock", "HAS_FILE_LOCKS",
+           "object_file_locks", "object_lock_file"]  # fmt: skip
 
 #: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"
@@ -79,6 +97,85 @@ def folder_lock(folder: str) -> Iterator[None]:
         os.close(descriptor)  # releases the lock
 
 
+#: Linux's locks of an open file description (3.15 and later): byte ranges, owned by one open of
+#: the file rather than by the process, so threads of one process exclude each other too and no
+#: close elsewhere in the process drops them; None elsewhere (then the whole file is locked)
+_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None) if sys.platform == "linux" else None
+#: ``struct flock`` of 64-bit Linux: type, whence, (padding), start, length, pid (0 for these locks)
+_FLOCK = "hhqqi4x"
+if _OFD_SETLKW is not None and struct.calcsize(_FLOCK) != 32:  # pragma: no cover - 32-bit Linux
+    _OFD_SETLKW = None
+#: (lock file, offset) pairs the current thread holds: a nested write of the same keys takes none again
+_HELD = threading.local()
+
+
+@functools.lru_cache(maxsize=256)
+def object_lock_file(root: str) -> str:
+    """The lock file of the local store at ``root``: in a folder of the user's in the machine's
+    temporary folder (``TMPDIR``), named by a digest of the folder's real path, so every path
+    of one folder (through links, relative) names one file."""
+    digest = hashlib.sha256(os.path.realpath(root).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    folder = os.path.join(tempfile.gettempdir(), f"zarrx-locks-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    return os.path.join(folder, digest + ".lock")
+
+
+def _offset(key: str) -> int:
+    """The byte of the lock file that stands for ``key`` (a stable digest: every process agrees)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 2
+
+
+@contextlib.contextmanager
+def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
+    """Hold exclusive locks, against every process of this machine, of the objects ``keys`` of
+    the local store at ``root``.
+
+    Each key is one byte of the store's :func:`object_lock_file` (an empty file; locks past its
+    end are allowed), locked with an open-file-description lock in ascending order, so holders
+    of overlapping sets cannot deadlock; closing the file at the end of the block, or the end of
+    the process, releases them. Where those locks do not exist (not Linux), the whole file is
+    locked (``flock``). Keys this thread already holds are not taken again.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> with object_file_locks(root, ["c/0", "c/1"]):
+    ...     with object_file_locks(root, ["c/1"]):  # nested: already held
+    ...         pass
+    """
+    path = object_lock_file(root)
+    held: set[tuple[str, int]] = _HELD.__dict__.setdefault("pairs", set())
+    wanted = sorted({_offset(key) for key in keys}) if _OFD_SETLKW is not None else [0]
+    mine = [(path, offset) for offset in wanted if (path, offset) not in held]
+    if not mine:
+        yield
+        return
+    try:
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the first lock of this user since the temporary folder was emptied
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        from zarrx.errors import StoreError
+
+        raise StoreError(
+            f"cannot lock the chunks of {root!r} against other processes' partial writes: lock file {path!r}: "
+            f"{error}; set TMPDIR to a folder this user can write"
+        ) from error
+    try:
+        for _, offset in mine:
+            if _OFD_SETLKW is not None:
+                fcntl.fcntl(descriptor, _OFD_SETLKW, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+            else:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held.update(mine)
+        yield
+    finally:
+        held.difference_update(mine)
+        os.close(descriptor)  # releases every lock taken through it
+
+
 class MetadataUpdates:
     """The defaults of a :class:`~zarrx.storage.store.Store`: neither a lock nor conditional writes."""
 
@@ -86,6 +183,13 @@ class MetadataUpdates:
     locks_metadata: bool = False
     #: ``get_versioned`` / ``set_if`` write only over the version read
     conditional_writes: bool = False
+    #: ``lock_objects(keys)`` excludes other processes' partial writes of those keys
+    locks_objects: bool = False
+
+    def lock_objects(self, keys: Iterable[str]) -> Any:
+        """A ``with`` block in which no other process's partial write of ``keys`` runs (when
+        ``locks_objects``; else it excludes nothing: :mod:`zarrx.io.locks` excludes threads)."""
+        return contextlib.nullcontext()
 
     @contextlib.contextmanager
     def lock_metadata(self) -> Iterator[None]:
@@ -119,6 +223,13 @@ class ForwardedMetadataUpdates:
 
     def lock_metadata(self) -> Any:
         return self.inner.lock_metadata()
+
+    @property
+    def locks_objects(self) -> bool:
+        return self.inner.locks_objects
+
+    def lock_objects(self, keys: Iterable[str]) -> Any:
+        return self.inner.lock_objects(keys)
 
     def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
         return self.inner.get_versioned(key)

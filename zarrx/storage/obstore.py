@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
-from zarrx.storage.metadata_updates import folder_lock
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, folder_lock, object_file_locks
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.remote import RemoteOptions
 from zarrx.storage.obstore_reads import (
@@ -151,6 +151,14 @@ class ObstoreStore(Store):
     def lock_metadata(self) -> Any:
         folder = self._root_folder()
         return folder_lock(folder) if folder is not None else super().lock_metadata()
+
+    @property
+    def locks_objects(self) -> bool:  # type: ignore[override]
+        return HAS_FILE_LOCKS and not self.read_only and self._root_folder() is not None
+
+    def lock_objects(self, keys: Any) -> Any:
+        folder = self._root_folder() if self.locks_objects else None
+        return object_file_locks(folder, keys) if folder is not None else super().lock_objects(keys)
 
     def _root_folder(self) -> str | None:
         """The folder of an obstore ``LocalStore`` (whose puts cannot be conditional on a version)."""

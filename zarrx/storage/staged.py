@@ -289,6 +289,13 @@ class StagedStore(WrapperStore):
         lock = getattr(self.inner, "lock_metadata", None)
         return lock() if self._flushed and lock is not None else contextlib.nullcontext()
 
+    @property
+    def locks_objects(self) -> bool:
+        return bool(self._flushed and getattr(self.inner, "locks_objects", False))
+
+    def lock_objects(self, keys: Any) -> Any:
+        return self.inner.lock_objects(keys) if self.locks_objects else contextlib.nullcontext()
+
     def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
         if self._flushed:
             return self.inner.get_versioned(key)
