@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -66,11 +67,37 @@ def test_the_links_of_a_folder_page_are_those_fsspec_lists(odd_names):
         expected = fs.ls(server.url + "/", detail=False)
         page = fs.cat_file(server.url + "/").decode()
         assert folder_links(page, server.url + "/", fs) == expected
-        # and the store's names are the same as through fsspec's own listing
+        # the store's names are those of fsspec's listing, percent-decoded: the names on disk
+        # (fsspec's URLs keep the page's escapes; a node "sub folder" is not one "sub%20folder")
         store = make_store(server.url, mode="r")
         names = store.list_dir("")
-        assert names == sorted({url[len(server.url) + 1 :].rstrip("/") for url in expected})
-        assert "sub%20folder" in names and "zarr.json" in names
+        assert names == sorted({unquote(url[len(server.url) + 1 :].rstrip("/")) for url in expected})
+        assert names == sorted(path.name for path in odd_names.iterdir())
+        assert store.get("per%cent") == b"{}" and store.get("sub folder/x") == b"1"
+
+
+def test_nodes_named_with_escapes_queries_fragments_and_spaces_are_read_over_http(tmp_path):
+    # a key is any string: over HTTP it is percent-encoded into the URL, and a folder page's
+    # links are decoded into keys. Before, "a%20b" was asked for as "a b", "x#1" as "x" (the
+    # rest a fragment) and "q?r" as "q" (a query): their chunks read as missing, so fill values,
+    # without an error; listed, "temp (K)" became a variable "temp%20(K)". engine="zarr" still
+    # reads the first three as fill values, consolidated or not.
+    names = ["temp (K)", "a%20b", "x#1", "q?r", "ünï", "plus+sign", "semi;colon", "star*", "br[0]", "tilde~"]
+    dataset = xr.Dataset({name: ("t", np.arange(4.0) + i) for i, name in enumerate(names)})
+    dataset.to_zarr(tmp_path / "listed.zarr", zarr_format=3, consolidated=False)
+    dataset.to_zarr(tmp_path / "consolidated.zarr", zarr_format=3, consolidated=True)
+    sub = zarrx.open_group(tmp_path / "listed.zarr", mode="a").create_group("ä b").create_group("c#d")
+    sub.create_array("v?w", shape=(3,), dtype="i4", dimension_names=["t3"])[:] = [1, 2, 3]
+    with serve_plain(tmp_path) as server:
+        for name in ("listed.zarr", "consolidated.zarr"):
+            opened = xr.open_dataset(f"{server.url}/{name}", engine="zarrx").load()
+            xr.testing.assert_identical(opened, xr.open_dataset(tmp_path / name, engine="zarrx").load())
+            xr.testing.assert_identical(opened, dataset)
+        tree = xr.open_datatree(f"{server.url}/listed.zarr", engine="zarrx")
+        assert tree["ä b/c#d"]["v?w"].values.tolist() == [1, 2, 3]
+        assert zarrx.open_array(f"{server.url}/listed.zarr", "ä b/c#d/v?w")[:].tolist() == [1, 2, 3]
+        # in a URL the user writes, "#" and "?" are a fragment and a query: escaped, they are names
+        assert zarrx.open_array(f"{server.url}/listed.zarr/ä b/c%23d/v%3Fw")[:].tolist() == [1, 2, 3]
 
 
 def test_links_to_other_places_and_the_parent_are_not_entries():

@@ -41,7 +41,7 @@ from zarrx.storage import conditional
 from zarrx.storage.listings import Listings
 from zarrx.storage.local import LocalStore, is_temporary_name
 from zarrx.storage.metadata_updates import LOCK_NAME
-from zarrx.storage.paths import validate_key, validate_prefix
+from zarrx.storage.paths import FilePaths, validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
 from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
@@ -118,6 +118,7 @@ class FsspecStore(Store):
         self._folder_suffix = "/" if self.read_only_protocol else ""
         # "<root>/" before every key; the file system's own root ("/" or "") when root is empty.
         self._prefix = self.root + "/" if self.root else fs.root_marker
+        self._paths = FilePaths(self._prefix, url=self.read_only_protocol)
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
         self._transfers: Transfers | None = None
 
@@ -223,14 +224,11 @@ class FsspecStore(Store):
         return cls(fs, root, read_only=read_only, secrets=secrets, options=remote)
 
     def _path(self, key: str) -> str:
-        return self._prefix + validate_key(key)
+        return self._paths.path(validate_key(key))
 
     def _key(self, path: str) -> str | None:
         """The key of a path the file system listed, or None when it is not below the root."""
-        path = path.rstrip("/")
-        if not path.startswith(self._prefix) or len(path) == len(self._prefix):
-            return None
-        return path[len(self._prefix) :]
+        return self._paths.key(path)
 
     def url(self, key: str = "") -> str:
         """The full URL of ``key`` (of the root for ``""``), credentials removed."""
@@ -435,7 +433,7 @@ class FsspecStore(Store):
         self._check_writable(validate_prefix(prefix))
         if self._local is not None:
             return self._local.delete_prefix(prefix)
-        folder = (self._prefix + prefix).rstrip("/") or self._prefix
+        folder = self._paths.path(prefix).rstrip("/") or self._prefix
         if (
             (prefix and not prefix.endswith("/"))
             or _GLOB_CHARACTERS.search(folder)
@@ -455,7 +453,7 @@ class FsspecStore(Store):
     # -- listing -----------------------------------------------------------------
     def list_prefix(self, prefix: str) -> Iterator[str]:
         validate_prefix(prefix)
-        folder = (self._prefix + prefix.rpartition("/")[0]).rstrip("/") or self._prefix
+        folder = self._paths.path(prefix.rpartition("/")[0]).rstrip("/") or self._prefix
         try:
             keys = self._listings().keys(folder + self._folder_suffix, prefix)
         except _MISSING:
@@ -468,7 +466,7 @@ class FsspecStore(Store):
         validate_prefix(prefix)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        folder = (self._prefix + prefix).rstrip("/") or self._prefix
+        folder = self._paths.path(prefix).rstrip("/") or self._prefix
         try:
             keys = self._listings().folder_keys(folder + self._folder_suffix)
         except _MISSING:

@@ -38,7 +38,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from zarrx.storage.limiter import HostLimiter
 from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, ServerAnswer, SlowConnect
@@ -338,13 +338,14 @@ def folder_links(page: str, url: str, fs: Any) -> list[str]:
     if getattr(fs, "simple_links", True):
         links = _BARE_URL.findall(page) + links
     base = url.rstrip("/") + "/"
-    below = base.replace("https", "http")
+    # compared percent-decoded: "/my data.zarr/" and "/my%20data.zarr/" are one folder
+    below = unquote(base.replace("https", "http"))
     found = set()
     for link in links:
         if "?" in link or "#" in link:  # a query or a fragment: not an entry of the folder
             continue
         target = urljoin(base, link)
-        plain = target.replace("https", "http")
+        plain = unquote(target.replace("https", "http"))
         if plain.startswith(below) and len(plain) > len(below):
             found.add(target)
     return sorted(found)

@@ -25,10 +25,12 @@ the offending component, with a hint how to fix it.
 from __future__ import annotations
 
 from typing import Callable
+from urllib.parse import quote, unquote
 
 from zarrx.errors import InvalidPathError
 
 __all__ = [
+    "FilePaths",
     "normalize_path", "validate_node_name", "is_node_name", "validate_key", "validate_prefix", "join_key", "parent_path",
 ]  # fmt: skip
 
@@ -262,3 +264,35 @@ def parent_path(path: str) -> str:
     if not path:
         raise InvalidPathError("the root node '' has no parent; stop walking up at the root")
     return path.rpartition("/")[0]
+
+
+class FilePaths:
+    """Where the keys of a store lie in a file system: ``prefix`` + the key; in URLs
+    (``url=True``: web servers) the key percent-encoded, since a key is any string -- ``a%20b``,
+    ``x#1``, ``q?r`` and ``temp (K)`` are names of nodes, not escapes, fragments or queries. The
+    prefix (the root, as the user wrote it) is left alone.
+
+    Examples
+    --------
+    >>> paths = FilePaths("http://h/my data.zarr/", url=True)
+    >>> paths.path("x#1/c/0")
+    'http://h/my data.zarr/x%231/c/0'
+    >>> paths.key("http://h/my%20data.zarr/x%231/"), paths.key("http://h/other/x")
+    ('x#1', None)
+    """
+
+    def __init__(self, prefix: str, url: bool) -> None:
+        self.prefix, self.url = prefix, url
+        self._plain_prefix = unquote(prefix) if url else prefix
+
+    def path(self, text: str) -> str:
+        """The path of a key, or of a folder (a prefix)."""
+        return self.prefix + (quote(text) if self.url else text)
+
+    def key(self, path: str) -> str | None:
+        """The key of a path the file system listed (a URL percent-decoded), or None when it
+        is not below the prefix."""
+        path = unquote(path.rstrip("/")) if self.url else path.rstrip("/")
+        if not path.startswith(self._plain_prefix) or len(path) == len(self._plain_prefix):
+            return None
+        return path[len(self._plain_prefix) :]
