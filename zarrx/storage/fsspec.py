@@ -45,13 +45,10 @@ from zarrx.storage.paths import FilePaths, validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
 from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
-from zarrx.storage.readers import read_synchronously, reader_for
+from zarrx.storage.readers import MISSING as _MISSING, own_instance, protocols, read_synchronously, reader_for
 from zarrx.storage.transfers import BodyTooLarge, ObjectRead, ServerAnswer, Transfers, describe_failure
 
 __all__ = ["FsspecStore"]
-
-# What fsspec back ends raise for an absent object (or a folder where an object was asked for).
-_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
 # fsspec treats these as glob characters in rm/cat/expand_path.
 _GLOB_CHARACTERS = re.compile(r"[*?\[]")
@@ -59,11 +56,6 @@ _GLOB_CHARACTERS = re.compile(r"[*?\[]")
 #: protocols whose file systems zarrx never writes through (fsspec's HTTP writes are POST/PUT
 #: to arbitrary servers, not an object store with atomic replacement)
 READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
-
-
-def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 class FsspecStore(Store):
@@ -105,9 +97,9 @@ class FsspecStore(Store):
         secrets: tuple[str, ...] = (),
         options: RemoteOptions | None = None,
     ) -> None:
-        self.fs = fs
+        self._fs, self._pid = fs, os.getpid()
         self.root = fs._strip_protocol(root).rstrip("/")
-        self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(_protocols(fs))
+        self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(protocols(fs))
         self.read_only = read_only or self.read_only_protocol
         given = options.__getstate__() if options is not None else {}
         if max_concurrency is not None:
@@ -121,6 +113,13 @@ class FsspecStore(Store):
         self._paths = FilePaths(self._prefix, url=self.read_only_protocol)
         self._local = LocalStore(self._prefix, read_only) if isinstance(fs, LocalFileSystem) else None
         self._transfers: Transfers | None = None
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The file system; in a process forked from the one that used it, one of its own (:func:`own_instance`)."""
+        if self._pid != os.getpid():
+            self._fs, self._transfers, self._pid = own_instance(self._fs), None, os.getpid()
+        return self._fs
 
     @property
     def max_concurrency(self) -> int:
@@ -137,7 +136,7 @@ class FsspecStore(Store):
     @property
     def process_local(self) -> bool:
         # fsspec's "memory" file system keeps its files in this process (a class-level dict)
-        return "memory" in _protocols(self.fs)
+        return "memory" in protocols(self.fs)
 
     @property
     def reads_are_local(self) -> bool:
@@ -164,7 +163,7 @@ class FsspecStore(Store):
 
     @property
     def conditional_writes(self) -> bool:  # on S3
-        return self._local is None and not self.read_only and "s3" in _protocols(self.fs)
+        return self._local is None and not self.read_only and "s3" in protocols(self.fs)
 
     def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
         return conditional.get_versioned(self, key)
@@ -187,7 +186,7 @@ class FsspecStore(Store):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         pickled_in = state.pop("_pickled_in", None)
-        self.__dict__.update(state)
+        self.__dict__.update(state, _pid=os.getpid())  # (the file system unpickled is this process's)
         if self.process_local and pickled_in != os.getpid():
             # Here the file system is this process's own, empty one: reads would find nothing
             # (fill values) and writes would be lost, silently.

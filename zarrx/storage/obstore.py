@@ -35,11 +35,13 @@ Azure and memory; an obstore ``LocalStore`` locks its root folder instead (``loc
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
+from zarrx.storage.foreign_threads import check_not_forked, runtime_used
 from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, folder_lock, object_file_locks
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.remote import RemoteOptions
@@ -106,6 +108,7 @@ class ObstoreStore(Store):
         self.read_only = bool(read_only)
         self.options = options if options is not None else RemoteOptions()
         self._transfers: Transfers | None = None
+        self._transfers_pid = 0
 
     @property
     def obstore(self) -> Any:
@@ -121,7 +124,7 @@ class ObstoreStore(Store):
         return {"_store": self._store, "read_only": self.read_only, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _transfers=None)
+        self.__dict__.update(state, _transfers=None, _transfers_pid=0)
 
     # -- abilities -----------------------------------------------------------------
     @property
@@ -178,10 +181,13 @@ class ObstoreStore(Store):
     # -- requests ------------------------------------------------------------------
     @property
     def transfers(self) -> Transfers:
-        if self._transfers is None:
+        check_not_forked(self)  # obstore's requests in a process forked after it ran some never end
+        if self._transfers is None or self._transfers_pid != os.getpid():
             from fsspec.asyn import get_loop
 
+            runtime_used()
             self._transfers = Transfers(_OnLoop(get_loop()), ObstoreReader(self._store), self.options)
+            self._transfers_pid = os.getpid()  # (a forked child makes its own, on its own loop)
         return self._transfers
 
     def url(self, key: str = "") -> str:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-
+import pickle
 import time
 from typing import Any, Callable, Sequence
 
 from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.cached import CachingFileSystem
 
+from zarrx.errors import StoreError
 from zarrx.storage.http import HttpReader
 from zarrx.storage.limiter import host_limiter
 from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, Transfers, classify
@@ -39,7 +40,7 @@ from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, Transfers
 #: what fsspec back ends raise for an absent object (or a folder where an object was asked for)
 MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
-__all__ = ["FileSystemReader", "S3Reader", "READERS", "reader_for", "read_synchronously"]
+__all__ = ["FileSystemReader", "S3Reader", "READERS", "reader_for", "read_synchronously", "own_instance", "protocols"]
 
 
 class FileSystemReader:
@@ -171,8 +172,25 @@ READERS: dict[str, Callable[[Any, Any], Any]] = {
 def reader_for(fs: Any, options: Any) -> Any:
     """The reader of ``fs`` (an async fsspec file system), with zarrx's ``options``
     (:class:`~zarrx.storage.remote.RemoteOptions`)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return READERS.get(protocol, lambda fs, options: FileSystemReader(fs))(fs, options)
+    return READERS.get(protocols(fs)[0], lambda fs, options: FileSystemReader(fs))(fs, options)
+
+
+def protocols(fs: Any) -> tuple[str, ...]:
+    """The protocols of an fsspec file system (``("s3", "s3a")``)."""
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def own_instance(fs: Any) -> Any:
+    """``fs`` made again in this process as unpickling makes it, where it is an async file system
+    used in the process this one was forked from (fsspec refuses those: "not fork-safe")."""
+    if not isinstance(fs, AsyncFileSystem):
+        return fs
+    try:
+        return pickle.loads(pickle.dumps(fs))
+    except Exception as error:  # noqa: BLE001 (whatever its options hold that cannot be copied)
+        raise StoreError(f"cannot use {fs!r} in a forked process: it cannot be made again ({error}); "
+                         "start processes with multiprocessing's 'spawn' method") from error  # fmt: skip
 
 
 # -- synchronous file systems (fsspec's caches, zip, sftp, memory, ...) ---------------------------------

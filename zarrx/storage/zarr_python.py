@@ -34,13 +34,14 @@ only once zarr-python is imported, so zarrx never imports it itself.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
-from zarrx.storage.foreign_threads import settle_at_exit
+from zarrx.storage.foreign_threads import check_not_forked, runtime_used, settle_at_exit
 from zarrx.storage.http import host_of
 from zarrx.storage.limiter import MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR
 from zarrx.storage.paths import validate_key, validate_prefix
@@ -302,6 +303,9 @@ class ZarrPythonStore(Store):
         self.read_only = bool(read_only or store.read_only)
         self.options = options if options is not None else RemoteOptions()
         self._transfers: Transfers | None = None
+        self._transfers_pid = 0
+        #: obstore (zarr-python's ObjectStore) or Icechunk underneath: tokio's threads, which a fork loses
+        self._tokio = _reads_through_obstore(store) or _is_session_store(store)
         if _reads_through_obstore(store):
             settle_at_exit()
 
@@ -309,7 +313,8 @@ class ZarrPythonStore(Store):
         return {"_store": self._store, "read_only": self.read_only, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _transfers=None)
+        self.__dict__.update(state, _transfers=None, _transfers_pid=0)
+        self._tokio = _reads_through_obstore(self._store) or _is_session_store(self._store)
 
     @property
     def supports_partial_reads(self) -> bool:  # type: ignore[override]
@@ -343,8 +348,13 @@ class ZarrPythonStore(Store):
     # -- running requests on zarr-python's loop --------------------------------------
     @property
     def transfers(self) -> Transfers:
-        if self._transfers is None:
+        if self._tokio:
+            check_not_forked(self)  # obstore's or Icechunk's requests never end after such a fork
+        if self._transfers is None or self._transfers_pid != os.getpid():  # (zarr-python's loop too is new)
             from zarr.core.sync import sync
+
+            if self._tokio:
+                runtime_used()
 
             try:
                 loop = sync(_opened(self._store))
@@ -352,6 +362,7 @@ class ZarrPythonStore(Store):
                 detail = f"{type(error).__name__}: {error}"
                 raise StoreError(f"could not open zarr-python store {self._store!r}: {detail}") from error
             self._transfers = Transfers(_OnLoop(loop), _Reader(self._store), self.options)
+            self._transfers_pid = os.getpid()
         return self._transfers
 
     def _error(self, action: str, key: str, error: BaseException) -> StoreError:
