@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -55,12 +56,34 @@ def icechunk_python() -> str:
             if result.returncode:
                 raise RuntimeError(f"building the icechunk environment failed:\n{result.stderr[-3000:]}")
             BUILD_SECONDS = time.monotonic() - started
-            ready.write_text(json.dumps({"requirements": REQUIREMENTS, "seconds": BUILD_SECONDS}))
+            ready.write_text(json.dumps({"requirements": REQUIREMENTS, "seconds": BUILD_SECONDS, "root": str(ROOT)}))
+        ready.touch()  # its last use: see _prune
+        _prune(target)
         return str(python)
     raise RuntimeError(
         "no Python 3.12 or later found (PATH, pyenv) for icechunk 2.x, which the Icechunk tests "
         f"(tests/test_icechunk.py) run with; this interpreter is {sys.version.split()[0]}"
     )
+
+
+#: an environment of another checkout unused for this long is deleted (each is about 370 MB)
+STALE_SECONDS = 24 * 3600
+
+
+def _prune(keep: Path) -> None:
+    """Delete the environments of checkouts that are gone (CI clones each run afresh, into a new
+    folder: one environment each) or that no test used for a day; never ``keep``."""
+    for other in _CACHE.glob("icechunk-py*-*"):
+        if other == keep:
+            continue
+        ready = other / "ready"
+        try:
+            root = json.loads(ready.read_text()).get("root") if ready.exists() else None
+            unused = time.time() - (ready if ready.exists() else other).stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if unused > STALE_SECONDS or (root is not None and not Path(root).exists() and unused > 600):
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def run_icechunk(script: str, *arguments: str, timeout: float = 300) -> dict:
