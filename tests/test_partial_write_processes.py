@@ -22,7 +22,7 @@ import pytest
 
 import zarrx
 from zarrx.storage import LocalStore
-from zarrx.storage.metadata_updates import object_lock_file
+from zarrx.storage.metadata_updates import OBJECT_LOCK_NAME, object_lock_file
 
 PROCESSES = 4
 ROUNDS = 6
@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: one writer process: waits for the start file, then each round writes every PROCESSES-th
 #: element of the whole array (a partial write of every chunk) with that round's values
 WRITER = r"""
-import os, sys, time, numpy as np, zarrx
+import os, sys, tempfile, time, numpy as np, zarrx
 path, name, number, count, rounds, start = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6]
+if len(sys.argv) > 7:  # a temporary folder that cannot be used
+    tempfile.tempdir = sys.argv[7]
 arr = zarrx.open_array(path, name, mode="r+")
 while not os.path.exists(start):
     time.sleep(0.001)
@@ -42,11 +44,11 @@ for round_number in range(rounds):
 """
 
 
-def _race(path: Path, name: str, tmp_path: Path) -> np.ndarray:
+def _race(path: Path, name: str, tmp_path: Path, *tempdir: str) -> np.ndarray:
     start = tmp_path / f"start-{name}"
     children = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(number), str(PROCESSES), str(ROUNDS),
-                          str(start)], cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
+                          str(start), *tempdir], cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
         for number in range(PROCESSES)
     ]
     time.sleep(1.0)  # the writers import zarrx and open the array, then wait for the start
@@ -70,6 +72,20 @@ def test_processes_writing_parts_of_the_same_chunks_keep_every_value(tmp_path, l
     assert object_lock_file(str(path)).startswith(os.path.realpath(os.path.dirname(object_lock_file("/"))))
     assert os.path.exists(object_lock_file(str(path)))
     assert sorted(os.listdir(path)) == [layout, "zarr.json"]
+
+
+def test_without_a_usable_temporary_folder_the_lock_file_is_in_the_store_and_never_listed(tmp_path):
+    path = tmp_path / "data.zarr"
+    zarrx.create_array(LocalStore(path), "chunks", shape=(2048,), chunks=(8,), dtype="i8", fill_value=-1)
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")  # the lock file's folder would be below a file: it cannot be made
+    found = _race(path, "chunks", tmp_path, str(not_a_folder))
+    np.testing.assert_array_equal(found, np.arange(2048) + 1000 * ROUNDS)
+    assert (path / OBJECT_LOCK_NAME).exists()
+    store = LocalStore(path)
+    assert store.list_dir("") == ["chunks", "zarr.json"] and OBJECT_LOCK_NAME not in list(store.list_prefix(""))
+    store.delete_prefix("")  # and never deleted (another process may hold it)
+    assert (path / OBJECT_LOCK_NAME).exists() and store.list_dir("") == []
 
 
 def test_dask_store_without_its_lock_on_worker_processes_keeps_every_value(tmp_path):

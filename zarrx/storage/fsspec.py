@@ -40,7 +40,7 @@ from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage import conditional
 from zarrx.storage.listings import Listings
 from zarrx.storage.local import LocalStore, is_temporary_name
-from zarrx.storage.metadata_updates import LOCK_NAME
+from zarrx.storage.metadata_updates import LOCK_NAMES
 from zarrx.storage.paths import FilePaths, validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
@@ -481,7 +481,7 @@ class FsspecStore(Store):
 
     def _is_temporary(self, key: str) -> bool:
         # Only LocalStore writes temporary files; elsewhere such a name is a real key.
-        return self._local is not None and (is_temporary_name(key.rpartition("/")[2]) or key == LOCK_NAME)
+        return self._local is not None and (is_temporary_name(key.rpartition("/")[2]) or key in LOCK_NAMES)
 
     # -- identity ----------------------------------------------------------------
     def __eq__(self, other: object) -> bool:

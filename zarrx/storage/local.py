@@ -52,7 +52,7 @@ from zarrx.concurrency import call_io_depth, map_concurrent, map_io
 from zarrx.errors import ReadOnlyError, StoreError
 from zarrx.storage.batch_files import folder_reader, folder_writer
 from zarrx.storage.containment import RootFolder
-from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAME, folder_lock, object_file_locks
+from zarrx.storage.metadata_updates import HAS_FILE_LOCKS, LOCK_NAMES, folder_lock, object_file_locks
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.store import ByteRequest, RangeReader, Store, byte_bounds
 
@@ -71,8 +71,8 @@ def is_temporary_name(name: str) -> bool:
 
 
 def _hidden(name: str, folder_key: str) -> bool:
-    """A temporary file, or the metadata lock file in the root folder: not a key."""
-    return name[:1] == "." and (is_temporary_name(name) or (name == LOCK_NAME and not folder_key))
+    """A temporary file, or one of zarrx's lock files in the root folder: not a key."""
+    return name[:1] == "." and (is_temporary_name(name) or (name in LOCK_NAMES and not folder_key))
 
 
 # -- reading one file --------------------------------------------------------------------
@@ -319,7 +319,7 @@ class LocalStore(Store):
             except FileNotFoundError:
                 return
             for entry in entries:
-                if entry.name == LOCK_NAME:
+                if entry.name in LOCK_NAMES:
                     continue
                 self._folder.delete_folder(entry.name)  # a folder (a link: the link)
                 self._folder.delete(entry.name)  # a file

@@ -45,18 +45,22 @@ import tempfile
 import threading
 from typing import Any, Iterable, Iterator
 
-from zarrx.errors import UsageError
+from zarrx.errors import StoreError, UsageError
 
 try:  # POSIX; Windows has no flock, and a LocalStore there offers no metadata lock
     import fcntl
 except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "folder_lock", "HAS_FILE_LOCKS",
-           "object_file_locks", "object_lock_file"]  # fmt: skip
+__all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "LOCK_NAMES", "OBJECT_LOCK_NAME", "folder_lock",
+           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file"]  # fmt: skip
 
 #: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"
+#: the lock file of a store's objects in its root folder, where the temporary folder cannot hold it
+OBJECT_LOCK_NAME = ".zarrx-objects.lock"
+#: zarrx's lock files in a store's root folder: never keys, never listed, never deleted
+LOCK_NAMES = frozenset({LOCK_NAME, OBJECT_LOCK_NAME})
 #: whether this platform has the advisory file locks a local store's metadata lock needs
 HAS_FILE_LOCKS = fcntl is not None
 
@@ -119,6 +123,14 @@ def object_lock_file(root: str) -> str:
     return os.path.join(folder, digest + ".lock")
 
 
+def _open_lock_file(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:  # the first lock of this user since the temporary folder was emptied
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
 def _offset(key: str) -> int:
     """The byte of the lock file that stands for ``key`` (a stable digest: every process agrees)."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 2
@@ -143,26 +155,21 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     ...     with object_file_locks(root, ["c/1"]):  # nested: already held
     ...         pass
     """
-    path = object_lock_file(root)
     held: set[tuple[str, int]] = _HELD.__dict__.setdefault("pairs", set())
     wanted = sorted({_offset(key) for key in keys}) if _OFD_SETLKW is not None else [0]
-    mine = [(path, offset) for offset in wanted if (path, offset) not in held]
-    if not mine:
-        yield
-        return
     try:
+        path = object_lock_file(root)
+        descriptor = _open_lock_file(path)
+    except OSError as unusable:  # no temporary folder this user can write: the store's own folder
+        path = os.path.join(root, OBJECT_LOCK_NAME)
         try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        except FileNotFoundError:  # the first lock of this user since the temporary folder was emptied
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as error:
-        from zarrx.errors import StoreError
-
-        raise StoreError(
-            f"cannot lock the chunks of {root!r} against other processes' partial writes: lock file {path!r}: "
-            f"{error}; set TMPDIR to a folder this user can write"
-        ) from error
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise StoreError(
+                f"cannot lock the chunks of {root!r} against other processes' partial writes: no temporary "
+                f"folder ({unusable}), nor {path!r} ({error}); set TMPDIR to a folder this user can write"
+            ) from error
+    mine = [(path, offset) for offset in wanted if (path, offset) not in held]
     try:
         for _, offset in mine:
             if _OFD_SETLKW is not None:
