@@ -97,3 +97,21 @@ def test_azure_errors_name_the_key_and_never_the_account_key(azure):
     options = {"connection_string": azure.connection_string}
     with pytest.raises(StoreError, match="nowhere"):
         zarrx.open_array("az://nowhere/e.zarr", storage_options=options)
+
+
+def test_worker_processes_writing_parts_of_the_same_blobs_keep_every_value(azure):
+    # dask's da.store without its lock, blocks of 3000 across chunks of 2000: two processes write
+    # parts of every other blob; each partial blob is written only over the ETag read (If-Match)
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    options = {"connection_string": azure.connection_string}
+    x = da.arange(60_000, chunks=3000, dtype="i4")
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+        with Client(cluster):
+            for attempt in range(2):
+                arr = zarrx.create_array(f"az://zarrx/race{attempt}.zarr", shape=(60_000,), chunks=(2000,), dtype="i4",
+                                         storage_options=options)  # fmt: skip
+                da.store(x, arr, lock=False)
+                lost = np.flatnonzero(arr[...] != np.arange(60_000))
+                assert lost.size == 0, f"attempt {attempt}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"

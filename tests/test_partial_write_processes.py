@@ -1,4 +1,5 @@
-"""Processes of one machine writing parts of the same chunks (or shards) of a local store keep every value.
+"""Processes writing parts of the same chunks (or shards) keep every value: of one machine to a
+local folder, of any machine to S3.
 
 A partial write reads the chunk, merges its values and stores the chunk whole. Threads of one
 process are ordered by zarrx's in-process locks (tests/test_partial_write_threads.py); across
@@ -6,6 +7,11 @@ processes a store of local files locks each partial object in a lock file of the
 temporary folder (:func:`zarrx.storage.metadata_updates.object_file_locks`). Without those
 locks, the writers here lose values in every run: each process's write reads chunks that another
 process is about to store, and the later store drops the earlier one's values.
+
+On S3 (moto's server here; s3fs and obstore) a partial object is written only over the version
+read (``If-Match`` on its ETag), read again and merged again when another process came first:
+before, ``da.store(x, arr, lock=False)`` with blocks sharing chunks lost 1,000 to 3,000 of 60,000
+values in most runs, through either library.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import pytest
+import s3fs
 
 import zarrx
 from zarrx.storage import LocalStore
 from zarrx.storage.metadata_updates import OBJECT_LOCK_NAME, object_lock_file
+from tests.s3_server import serve_s3
 
 PROCESSES = 4
 ROUNDS = 6
@@ -88,17 +96,52 @@ def test_without_a_usable_temporary_folder_the_lock_file_is_in_the_store_and_nev
     assert (path / OBJECT_LOCK_NAME).exists() and store.list_dir("") == []
 
 
-def test_dask_store_without_its_lock_on_worker_processes_keeps_every_value(tmp_path):
+@pytest.fixture(scope="module")
+def s3():
+    with serve_s3() as server:
+        s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=server.url, key="k", secret="s").mkdir("partial")
+        yield server
+
+
+def test_dask_store_without_its_lock_on_worker_processes_keeps_every_value(tmp_path, s3):
     # dask's own da.store, told to take no lock (as users do for speed), with blocks of 3000
     # across chunks of 2000: every other chunk is written in part by two tasks on two processes
     from distributed import Client, LocalCluster
 
     x = da.arange(200_000, chunks=3000, dtype="i4")
     with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+        options = {"endpoint_url": s3.url, "key": "k", "secret": "s"}
+        places = [(str(tmp_path / "a{}.zarr"), None)] * 3 + [
+            ("s3://partial/race{}.zarr", {**options, "zarrx_backend": "obstore"}),
+            ("s3://partial/race{}.zarr", {**options, "zarrx_backend": "fsspec"}),
+        ]
         with Client(cluster):
-            for attempt in range(3):
-                arr = zarrx.create_array(tmp_path / f"a{attempt}.zarr", shape=(200_000,), chunks=(2000,), dtype="i4")
-                da.store(x, arr, lock=False)
+            for attempt, (place, storage_options) in enumerate(places):
+                size = 200_000 if storage_options is None else 60_000  # (moto is slow)
+                arr = zarrx.create_array(place.format(attempt), shape=(size,), chunks=(2000,), dtype="i4",
+                                         storage_options=storage_options)  # fmt: skip
+                da.store(x[:size], arr, lock=False)
                 found = arr[...]
-                lost = np.flatnonzero(found != np.arange(200_000))
-                assert lost.size == 0, f"attempt {attempt}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"
+                lost = np.flatnonzero(found != np.arange(size))
+                assert lost.size == 0, f"{place.format(attempt)}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_partial_write_leaving_an_s3_object_all_fill_value_stores_it_so(s3, backend, sharded):
+    # S3 has no conditional delete: the object is written all fill value instead (a delete could
+    # drop another process's values written in between)
+    options = {"endpoint_url": s3.url, "key": "k", "secret": "s", "zarrx_backend": backend}
+    layout = {"chunks": (4,), "shards": (8,)} if sharded else {"chunks": (8,)}
+    arr = zarrx.create_array(f"s3://partial/{backend}{sharded}.zarr", shape=(16,), dtype="i4", fill_value=0,
+                             storage_options=options, **layout)  # fmt: skip
+    arr[:] = np.arange(16) + 1
+    arr[0:5] = 0
+    arr[8:12] = 0
+    assert arr[:].tolist() == [0] * 5 + [6, 7, 8] + [0] * 4 + [13, 14, 15, 16]
+    arr[5:8] = 0  # the first object is now all fill value: stored as such
+    assert arr[:].tolist() == [0] * 12 + [13, 14, 15, 16]
+    arr[12:16] = 0
+    assert arr[:].tolist() == [0] * 16
+    arr[3:5] = 0  # all fill value and absent or stored so: nothing changes
+    assert arr[:].tolist() == [0] * 16

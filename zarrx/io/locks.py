@@ -30,9 +30,11 @@ cannot deadlock.
 Other processes are excluded where the store can do it (its ``lock_objects``, see
 :mod:`zarrx.storage.metadata_updates`): a store of local files locks each partial object
 against every process of the machine (dask's worker processes, a ``multiprocessing``
-pool), so ``da.store(x, arr, lock=False)`` with blocks that share chunks keeps every value.
-Elsewhere (object stores, several machines) writers in several processes must write
-disjoint chunks, as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
+pool), so ``da.store(x, arr, lock=False)`` with blocks that share chunks keeps every value;
+a store with conditional writes (S3, GCS, Azure) needs no lock: :mod:`zarrx.io.write` stores
+its partial objects over the version read only. Elsewhere (several machines sharing a file
+system, plain fsspec file systems) writers in several processes must write disjoint chunks,
+as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
 takes no lock, so one racing a partial write of the same object from another thread can
 end as the partial write's merge into the object as it was before (the whole write undone
 outside the partial selection): writes that overlap need :func:`chunk_lock` or an order.

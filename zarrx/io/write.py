@@ -12,7 +12,9 @@ every stored object a selection touches (:func:`zarrx.io.plan.plan_objects` with
 Each object is stored atomically. The partial objects of a batch are locked
 (:func:`zarrx.io.locks.object_locks`) from before they are read until they are stored, so
 threads of one process (and, for a store of local files, the processes of the machine) writing
-parts of one object never drop each other's values; whole objects take no lock. On stores whose writes cost no round trip
+parts of one object never drop each other's values; whole objects take no lock. On a store with
+conditional writes (S3, GCS, Azure) a partial object is also stored only over the version read,
+and read and merged again when another process wrote it first (:func:`_update_conditionally`). On stores whose writes cost no round trip
 (``reads_are_local``) every object large enough for the thread pool is stored by the pool task
 that encoded it, while its bytes are still in the core's cache; with ``ZARRX_WRITE_DEPTH``
 (:func:`write_depth`) above 1 the task hands the write to the I/O pool instead
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
+import time
 from typing import Any, Iterable
 
 import numpy as np
@@ -39,7 +43,8 @@ from zarrx.codecs.base import ChunkSpec
 from zarrx.codecs.bytes import BytesCodec
 from zarrx.codecs.pipeline import CodecPipeline
 from zarrx.dtypes.fill import is_all_fill
-from zarrx.concurrency import call_threads, count_setting, map_runs, scratch_array, writes_behind
+from zarrx.errors import StoreError
+from zarrx.concurrency import call_threads, count_setting, map_io, map_runs, scratch_array, writes_behind
 from zarrx.scratch import copy_values
 from zarrx.io.decode import caller_can_work, run_maybe_threaded, worth_threads
 from zarrx.io.execute import DIRECT_BATCH_ITEMS, as_array_of
@@ -51,6 +56,9 @@ from zarrx.storage.store import bounded_get_many
 
 __all__ = ["write_from", "write_selection", "trim_past_edge", "write_depth", "HELD_BYTES_PER_THREAD"]
 
+#: how often a partial object of a store with conditional writes is read, merged and written
+#: before another process's writes of it make the write fail (:func:`_update_conditionally`)
+ATTEMPTS = 50
 #: bytes of encoded objects per thread of the pool handed to the I/O pool and not written yet
 #: (local stores): many small objects in flight, one 32 MiB chunk per thread (a few more held
 #: 32 MiB buffers measured slower on a cold copy here: fresh memory is what writes cost most)
@@ -119,6 +127,12 @@ def _locked(handle: ArrayHandle, partial: list[str]) -> Any:
 def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray, build: Any, direct: bool,
                  partial: list[str]) -> None:  # fmt: skip
     store = handle.store
+    if partial and _conditional(store):
+        whole = [plan for plan in batch if plan.whole]
+        if whole:
+            _store_batch(handle, whole, value, build, direct, [])
+        map_io(functools.partial(_update_conditionally, handle, value, build), [p for p in batch if not p.whole])
+        return
     existing = bounded_get_many(store, partial, handle.max_object_size) if partial else {}
     # with a write depth, a local store's writes go behind the encoding (done when the block ends)
     held = HELD_BYTES_PER_THREAD * call_threads()
@@ -148,6 +162,42 @@ def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
     to_delete = [key for key, data in results if data is None]
     if to_delete:
         store.delete_many(to_delete)
+
+
+def _conditional(store: Any) -> bool:
+    """Whether partial objects of ``store`` are stored only over the version read: other processes
+    may write them (its values are not this process's own), it locks nothing for them, and it
+    has conditional writes (S3)."""
+    return store.conditional_writes and not store.locks_objects and not store.process_local
+
+
+def _update_conditionally(handle: ArrayHandle, value: np.ndarray, build: Any, plan: ObjectPlan) -> None:
+    """Store the partial object ``plan`` over the version read only: read it with its version,
+    merge, and write it if it is still that version; read it again and retry (with jittered
+    backoff) while another process came first. An object left all fill value is written as one
+    (S3 has no conditional delete); one absent and all fill value needs nothing."""
+    store = handle.store
+    for attempt in range(ATTEMPTS):
+        old, version = store.get_versioned(plan.key)
+        if old is not None and handle.max_object_size is not None and len(old) > handle.max_object_size:
+            raise StoreError(f"{plan.key}: {len(old)} bytes stored, more than its {handle.max_object_size} may be")
+        encoded = build(handle, plan, value, old)
+        if encoded is None:
+            if version is None:
+                return
+            encoded = _encoded_fill(handle, plan)
+        if store.set_if(plan.key, bytes(encoded), version):
+            return
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+    raise StoreError(f"{plan.key}: another writer changed it at each of {ATTEMPTS} attempts to write part of it")
+
+
+def _encoded_fill(handle: ArrayHandle, plan: ObjectPlan) -> bytes:
+    """The object ``plan`` all fill value, encoded (a shard: one of no inner chunks)."""
+    spec = handle.object_spec(plan.coords)
+    if handle.sharding is not None:
+        return handle.sharding.assemble({}, spec)
+    return handle.pipeline.encode(np.full(spec.shape, handle.fill_value, dtype=spec.dtype), spec, key=plan.key)
 
 
 def _write_in_loops(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray) -> None:
