@@ -151,7 +151,8 @@ def run_ways(kind: str, url: str, rounds: int, smoke: bool) -> dict[str, list[di
         for way in WAYS if round_number % 2 == 0 else WAYS[::-1]:
             outcome = measure(way, kind, url, url, smoke)
             outcomes[way].append(outcome)
-            print(f"{kind:<6} {way:<20} {outcome['seconds'] * 1000:8.1f} ms {outcome.get('error', '')[:100]}", flush=True)
+            error = outcome.get("error", "")[:100]
+            print(f"{kind:<6} {way:<20} {outcome['seconds'] * 1000:8.1f} ms {error}", flush=True)
     digests = {o["digest"] for results in outcomes.values() for o in results if "digest" in o}
     if len(digests) > 1:
         raise SystemExit(f"{kind}: the ways read different values")
@@ -161,7 +162,8 @@ def run_ways(kind: str, url: str, rounds: int, smoke: bool) -> dict[str, list[di
 def table(results: dict[str, dict[str, list[dict[str, Any]]]], sizes: Sizes, rounds: int) -> str:
     import importlib.metadata as metadata
 
-    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("zarrx", "zarr", "obstore", "fsspec", "s3fs", "adlfs"))
+    libraries = ("zarrx", "zarr", "obstore", "fsspec", "s3fs", "adlfs")
+    versions = ", ".join(f"{name} {metadata.version(name)}" for name in libraries)
     lines = [
         f"Read {len(sizes.chunk_keys)} chunks, every measurement a fresh process ({versions}); median of {rounds} "
         f"interleaved rounds; load average {os.getloadavg()[0]:.1f} at the end. Ratio: to zarr-python + obstore "

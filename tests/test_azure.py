@@ -41,13 +41,15 @@ def _dataset() -> xr.Dataset:
 def test_az_urls_with_a_connection_string_go_through_obstore_and_engine_zarr_reads_them(azure):
     options = {"connection_string": azure.connection_string}
     assert isinstance(make_store("az://zarrx/ours.zarr", storage_options=options), ObstoreStore)
-    assert isinstance(make_store("abfs://zarrx/ours.zarr", storage_options={**options, "zarrx_backend": "fsspec"}), FsspecStore)
+    by_adlfs = make_store("abfs://zarrx/ours.zarr", storage_options={**options, "zarrx_backend": "fsspec"})
+    assert isinstance(by_adlfs, FsspecStore)
     ds = _dataset()
     ds.zarrx.to_zarr("az://zarrx/ours.zarr", storage_options=options)
     theirs = xr.open_dataset("az://zarrx/ours.zarr", engine="zarr", storage_options=options).load()
     xr.testing.assert_identical(theirs, ds.load())
     for backend in ("obstore", "fsspec"):
-        ours = xr.open_dataset("az://zarrx/ours.zarr", engine="zarrx", storage_options={**options, "zarrx_backend": backend})
+        chosen = {**options, "zarrx_backend": backend}
+        ours = xr.open_dataset("az://zarrx/ours.zarr", engine="zarrx", storage_options=chosen)
         xr.testing.assert_identical(ours.load(), theirs)
 
 
@@ -67,7 +69,8 @@ def test_what_zarr_python_wrote_over_adlfs_is_listed_and_read_through_obstore(az
     fresh = {**options, "use_listings_cache": False}
     theirs = xr.open_datatree("az://zarrx/theirs.zarr", engine="zarr", storage_options=fresh, consolidated=False)
     xr.testing.assert_identical(ours, theirs.load())
-    by_fsspec = xr.open_datatree("az://zarrx/theirs.zarr", engine="zarrx", storage_options={**options, "zarrx_backend": "fsspec"})
+    adlfs_options = {**options, "zarrx_backend": "fsspec"}
+    by_fsspec = xr.open_datatree("az://zarrx/theirs.zarr", engine="zarrx", storage_options=adlfs_options)
     xr.testing.assert_identical(by_fsspec.load(), ours)
 
 
@@ -88,7 +91,8 @@ def test_an_obstore_azure_store_is_taken_as_given_with_byte_ranges_of_shards(azu
 def test_azure_errors_name_the_key_and_never_the_account_key(azure):
     zarrx.create_array("az://zarrx/e.zarr", shape=(4,), chunks=(2,), dtype="i4",
                        storage_options={"connection_string": azure.connection_string})[:] = 1  # fmt: skip
-    wrong = azure.connection_string.replace(KEY, "d3Jvbmc" + KEY[7:])  # a key of the right form that is not the account's
+    # a key of the right form that is not the account's
+    wrong = azure.connection_string.replace(KEY, "d3Jvbmc" + KEY[7:])
     for backend in ("obstore", "fsspec"):
         options = {"connection_string": wrong, "zarrx_backend": backend, "zarrx_retries": 0}
         with pytest.raises(StoreError, match="zarr.json") as raised:

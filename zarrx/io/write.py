@@ -14,10 +14,11 @@ Each object is stored atomically. The partial objects of a batch are locked
 threads of one process (and, for a store of local files, the processes of the machine) writing
 parts of one object never drop each other's values; whole objects take no lock. On a store with
 conditional writes (S3, GCS, Azure) a partial object is also stored only over the version read,
-and read and merged again when another process wrote it first (:func:`_update_conditionally`). On stores whose writes cost no round trip
-(``reads_are_local``) every object large enough for the thread pool is stored by the pool task
-that encoded it, while its bytes are still in the core's cache; with ``ZARRX_WRITE_DEPTH``
-(:func:`write_depth`) above 1 the task hands the write to the I/O pool instead
+and read and merged again when another process wrote it first (:func:`_update_conditionally`).
+On stores whose writes cost no round trip (``reads_are_local``) every object large enough for
+the thread pool is stored by the pool task that encoded it, while its bytes are still in the
+core's cache; with ``ZARRX_WRITE_DEPTH`` (:func:`write_depth`) above 1 the task hands the write
+to the I/O pool instead
 (:func:`zarrx.concurrency.writes_behind`) and encodes the next: that many writes in flight, for
 a device that makes writes wait (NFS, a parallel file system), with no more than
 :data:`HELD_BYTES_PER_THREAD` of encoded objects per thread waiting (at least one); small chunks of a store of local files go in a few runs, each encoded and written
@@ -167,7 +168,7 @@ def _store_batch(handle: ArrayHandle, batch: list[ObjectPlan], value: np.ndarray
 def _conditional(store: Any) -> bool:
     """Whether partial objects of ``store`` are stored only over the version read: other processes
     may write them (its values are not this process's own), it locks nothing for them, and it
-    has conditional writes (S3)."""
+    has conditional writes (S3, GCS and Azure)."""
     return store.conditional_writes and not store.locks_objects and not store.process_local
 
 

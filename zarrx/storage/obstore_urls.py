@@ -260,8 +260,8 @@ def _connection_string(text: str) -> dict[str, Any]:
     ``connection_string``, what the Azure portal and Azurite's docs give): its ``Name=value;``
     settings, the blob endpoint built from the protocol and suffix when not given.
 
-    >>> _connection_string("DefaultEndpointsProtocol=https;AccountName=acc;AccountKey=k==;EndpointSuffix=core.windows.net")
-    {'account_name': 'acc', 'account_key': 'k==', 'endpoint': 'https://acc.blob.core.windows.net'}
+    >>> _connection_string("DefaultEndpointsProtocol=https;AccountName=acc;AccountKey=k==;EndpointSuffix=example.net")
+    {'account_name': 'acc', 'account_key': 'k==', 'endpoint': 'https://acc.blob.example.net'}
     >>> _connection_string("UseDevelopmentStorage=true")
     {'use_emulator': True}
     """
