@@ -119,3 +119,31 @@ def test_worker_processes_writing_parts_of_the_same_blobs_keep_every_value(azure
                 da.store(x, arr, lock=False)
                 lost = np.flatnonzero(arr[...] != np.arange(60_000))
                 assert lost.size == 0, f"attempt {attempt}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"
+
+
+def test_kerchunk_references_of_a_netcdf_blob_read_as_the_file_reads(azure, tmp_path):
+    # Planetary Computer's way: references (kerchunk) to chunks of NetCDF files in blobs. adlfs
+    # serves abfs:// and az://; fsspec's reference file system reads abfs:// references only
+    # with remote_protocol="abfs" (engine="zarr" fails with "az"), zarrx with either
+    import json
+
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    expected = _dataset().drop_vars("n").load()
+    expected.to_netcdf(tmp_path / "f.nc", engine="netcdf4", encoding={"t": {"zlib": True, "chunksizes": (6, 16)}})
+    fs = azure.filesystem()
+    fs.put(str(tmp_path / "f.nc"), "zarrx/f.nc")
+    with fs.open("zarrx/f.nc") as file:  # no chunk inlined in the references: each is read from the blob
+        references = SingleHdf5ToZarr(file, "abfs://zarrx/f.nc", inline_threshold=0).translate()
+    assert sum(isinstance(value, list) for value in references["refs"].values()) >= 4
+    (tmp_path / "refs.json").write_text(json.dumps(references))
+    from_file = xr.open_dataset(tmp_path / "f.nc").load()
+    for protocol in ("abfs", "az"):
+        options = {"fo": str(tmp_path / "refs.json"), "remote_protocol": protocol,
+                   "remote_options": {"connection_string": azure.connection_string}}  # fmt: skip
+        ours = xr.open_dataset("reference://", engine="zarrx", backend_kwargs={"storage_options": options})
+        xr.testing.assert_identical(ours.load(), from_file)
+    options["remote_protocol"], options["remote_options"]["asynchronous"] = "abfs", True
+    theirs = xr.open_dataset("reference://", engine="zarr",
+                             backend_kwargs={"storage_options": options, "consolidated": False})  # fmt: skip
+    xr.testing.assert_equal(theirs.load(), from_file)

@@ -37,7 +37,7 @@ from fsspec.implementations.reference import ReferenceFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.fsspec import FsspecStore
-from zarrx.storage.readers import MISSING, read_synchronously, reader_for
+from zarrx.storage.readers import MISSING, protocols, read_synchronously, reader_for
 from zarrx.storage.redaction import redact, secret_values
 from zarrx.storage.remote import configure
 from zarrx.storage.transfers import ObjectRead, Transfers, describe_failure
@@ -200,14 +200,25 @@ class ReferenceStore(FsspecStore):
         part = self.fs.references[path]
         return repr(list(part) if isinstance(part, tuple) else part)
 
+    def _target_fs(self, protocol: str | None) -> Any:
+        """The file system the references read ``protocol://`` URLs with: the one made for that
+        protocol, else one whose library takes it too (adlfs serves ``abfs`` and ``az``, s3fs ``s3``
+        and ``s3a``, gcsfs ``gs`` and ``gcs``: ``remote_protocol="az"`` reads ``abfs://`` references)."""
+        if protocol in self.fs.fss:
+            return self.fs.fss[protocol]
+        for fs in self.fs.fss.values():
+            if fs is not None and protocol in protocols(getattr(fs, "sync_fs", fs)):
+                return fs
+        return None
+
     def _read_targets(self, protocol: str | None, reads: list[ObjectRead]) -> list[Any]:
-        if protocol not in self.fs.fss:
+        fs = self._target_fs(protocol)
+        if fs is None:
             error = StoreError(
                 f"cannot read {reads[0].key!r}: its reference {reads[0].path!r} is a {protocol}:// URL, and the references "
                 f"have file systems for {sorted(map(str, self.fs.fss))} only (set remote_protocol={protocol!r})"
             )
             return [error] * len(reads)
-        fs = self.fs.fss[protocol]
         fs = getattr(fs, "sync_fs", fs)  # fsspec wraps synchronous targets (local files) for its async API
         if isinstance(fs, AsyncFileSystem) and not fs.asynchronous:
             return Transfers(fs, reader_for(fs, self.options), self.options).read_many(reads)
