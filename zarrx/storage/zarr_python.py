@@ -355,7 +355,6 @@ class ZarrPythonStore(Store):
 
             if self._tokio:
                 runtime_used()
-
             try:
                 loop = sync(_opened(self._store))
             except Exception as error:  # noqa: BLE001 (any store's own failure to open, told as zarrx's)
