@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
-import time
 from typing import Any, Iterable
 
 import numpy as np
@@ -53,13 +51,11 @@ from zarrx.io.handle import ArrayHandle
 from zarrx.io.locks import object_locks
 from zarrx.io.plan import MIN_BATCH_BYTES, ObjectPlan, decoded_nbytes, plan_objects, split_batches
 from zarrx.io.selection import BasicIndexer, ChunkProjection
+from zarrx.storage.metadata_updates import update_conditionally
 from zarrx.storage.store import bounded_get_many
 
 __all__ = ["write_from", "write_selection", "trim_past_edge", "write_depth", "HELD_BYTES_PER_THREAD"]
 
-#: how often a partial object of a store with conditional writes is read, merged and written
-#: before another process's writes of it make the write fail (:func:`_update_conditionally`)
-ATTEMPTS = 50
 #: bytes of encoded objects per thread of the pool handed to the I/O pool and not written yet
 #: (local stores): many small objects in flight, one 32 MiB chunk per thread (a few more held
 #: 32 MiB buffers measured slower on a cold copy here: fresh memory is what writes cost most)
@@ -173,24 +169,19 @@ def _conditional(store: Any) -> bool:
 
 
 def _update_conditionally(handle: ArrayHandle, value: np.ndarray, build: Any, plan: ObjectPlan) -> None:
-    """Store the partial object ``plan`` over the version read only: read it with its version,
-    merge, and write it if it is still that version; read it again and retry (with jittered
-    backoff) while another process came first. An object left all fill value is written as one
-    (S3 has no conditional delete); one absent and all fill value needs nothing."""
-    store = handle.store
-    for attempt in range(ATTEMPTS):
-        old, version = store.get_versioned(plan.key)
+    """Store the partial object ``plan`` over the version read only (:func:`update_conditionally`:
+    read with its version, merged, written if still that version, else again). An object left
+    all fill value is written as one (S3 has no conditional delete); one absent stays absent."""
+
+    def merged(old: bytes | None) -> bytes | None:
         if old is not None and handle.max_object_size is not None and len(old) > handle.max_object_size:
             raise StoreError(f"{plan.key}: {len(old)} bytes stored, more than its {handle.max_object_size} may be")
         encoded = build(handle, plan, value, old)
-        if encoded is None:
-            if version is None:
-                return
+        if encoded is None and old is not None:
             encoded = _encoded_fill(handle, plan)
-        if store.set_if(plan.key, bytes(encoded), version):
-            return
-        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
-    raise StoreError(f"{plan.key}: another writer changed it at each of {ATTEMPTS} attempts to write part of it")
+        return None if encoded is None else bytes(encoded)
+
+    update_conditionally(handle.store, plan.key, merged)
 
 
 def _encoded_fill(handle: ArrayHandle, plan: ObjectPlan) -> bytes:

@@ -64,6 +64,7 @@ from zarrx.metadata.protocol import NodeMetadata
 from zarrx.metadata.v2 import ZARRAY, ZATTRS, ZGROUP, ZMETADATA
 from zarrx.nodes.consolidated_check import disagreements, find_stale, parse_copies
 from zarrx.nodes.hierarchy import ZARR_JSON, read_node, write_node
+from zarrx.storage.metadata_updates import ATTEMPTS, update_conditionally
 from zarrx.storage.paths import join_key
 from zarrx.storage.store import Store
 
@@ -354,22 +355,6 @@ def needs_conditional_writes(store: Store) -> bool:
     return store.conditional_writes and not store.locks_metadata and not store.process_local
 
 
-#: how often a conditional update of one document is tried before giving up
-ATTEMPTS = 50
-
-
-def _update_conditionally(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> None:
-    """Rewrite the document at ``key`` as ``change`` makes it from its stored bytes (None: leave
-    it), only over the version read; read it again and retry while another writer came first."""
-    for attempt in range(ATTEMPTS):
-        raw, version = store.get_versioned(key)
-        updated = change(raw)
-        if updated is None or store.set_if(key, updated, version):
-            return
-        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))  # jittered backoff, then read again
-    raise StoreError(f"{key}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
-
-
 def update_copies(
     store: Store,
     changes: Iterable[Change],
@@ -402,7 +387,7 @@ def update_copies(
         if needs_conditional_writes(store):
             # the documents holding copies now, each rewritten only over the version it is read at
             for key in [key for key in keys if found.get(key) and _editable(found[key], key) is not None]:
-                _update_conditionally(store, key, lambda raw, key=key: _with_changes(raw, key, changes))
+                update_conditionally(store, key, lambda raw, key=key: _with_changes(raw, key, changes))
             return
         _write_copies(store, changes, keys, found)
 

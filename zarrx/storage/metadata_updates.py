@@ -41,9 +41,11 @@ import hashlib
 import os
 import struct
 import sys
+import random
 import tempfile
 import threading
-from typing import Any, Iterable, Iterator
+import time
+from typing import Any, Callable, Iterable, Iterator
 
 from zarrx.errors import StoreError, UsageError
 
@@ -53,7 +55,7 @@ except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "LOCK_NAMES", "OBJECT_LOCK_NAME", "folder_lock",
-           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file"]  # fmt: skip
+           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file", "update_conditionally", "ATTEMPTS"]  # fmt: skip
 
 #: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"
@@ -181,6 +183,24 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     finally:
         held.difference_update(mine)
         os.close(descriptor)  # releases every lock taken through it
+
+
+#: how often a conditional update of one value is tried before giving up
+ATTEMPTS = 50
+
+
+def update_conditionally(store: Any, key: str, change: Callable[[bytes | None], bytes | None]) -> None:
+    """Rewrite the value at ``key`` as ``change`` makes it from its stored bytes (None: leave it),
+    only over the version read (``get_versioned`` / ``set_if``); read it again and retry, after a
+    jittered backoff, while another writer came first -- a consolidated document, a chunk written
+    in part."""
+    for attempt in range(ATTEMPTS):
+        raw, version = store.get_versioned(key)
+        updated = change(raw)
+        if updated is None or store.set_if(key, updated, version):
+            return
+        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))  # jittered backoff, then read again
+    raise StoreError(f"{key}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
 
 
 class MetadataUpdates:
