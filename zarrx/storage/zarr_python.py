@@ -304,8 +304,6 @@ class ZarrPythonStore(Store):
         self.options = options if options is not None else RemoteOptions()
         self._transfers: Transfers | None = None
         self._transfers_pid = 0
-        #: obstore (zarr-python's ObjectStore) or Icechunk underneath: tokio's threads, which a fork loses
-        self._tokio = _reads_through_obstore(store) or _is_session_store(store)
         if _reads_through_obstore(store):
             settle_at_exit()
 
@@ -314,7 +312,12 @@ class ZarrPythonStore(Store):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _transfers=None, _transfers_pid=0)
-        self._tokio = _reads_through_obstore(self._store) or _is_session_store(self._store)
+
+    @property
+    def _tokio(self) -> bool:
+        """Whether obstore (zarr-python's ``ObjectStore``) or Icechunk runs the requests: on tokio's
+        threads, which a fork does not copy."""
+        return _reads_through_obstore(self._store) or _is_session_store(self._store)
 
     @property
     def supports_partial_reads(self) -> bool:  # type: ignore[override]
@@ -348,12 +351,13 @@ class ZarrPythonStore(Store):
     # -- running requests on zarr-python's loop --------------------------------------
     @property
     def transfers(self) -> Transfers:
-        if self._tokio:
+        tokio = self._tokio
+        if tokio:
             check_not_forked(self)  # obstore's or Icechunk's requests never end after such a fork
         if self._transfers is None or self._transfers_pid != os.getpid():  # (zarr-python's loop too is new)
             from zarr.core.sync import sync
 
-            if self._tokio:
+            if tokio:
                 runtime_used()
             try:
                 loop = sync(_opened(self._store))
