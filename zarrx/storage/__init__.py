@@ -67,6 +67,7 @@ from zarrx.storage.metrics import MetricsStore
 from zarrx.storage.obstore import ObstoreStore, is_obstore_store
 from zarrx.storage.obstore_urls import choose_backend, obstore_from_url
 from zarrx.storage.prefetch import PrefetchStore
+from zarrx.storage.readers import beneath_folders
 from zarrx.storage.references import ReferenceStore, is_reference_file_system
 from zarrx.storage.remote import split_storage_options
 from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
@@ -182,10 +183,11 @@ def make_store(
         fs, root = (store_like.fs, store_like.root) if isinstance(store_like, FSMap) else (store_like, "")
         return ReferenceStore(fs, root, options=split_storage_options(storage_options)[0])
     if isinstance(store_like, FSMap):
-        if isinstance(store_like.fs, LocalFileSystem):
-            return _local(store_like.root, read_only, storage_options, follow_external_links, store_like)
+        fs, root = beneath_folders(store_like.fs, store_like.root)  # a DirFileSystem's folder of a local disk is local
+        if isinstance(fs, LocalFileSystem):
+            return _local(root, read_only, storage_options, follow_external_links, store_like)
         _refuse_options(storage_options, store_like)
-        return FsspecStore(store_like.fs, store_like.root, read_only=read_only)
+        return FsspecStore(fs, root, read_only=read_only)
     if store_like is None or isinstance(store_like, dict):
         _refuse_options(storage_options, store_like)
         return MemoryStore(store_like, read_only=read_only)

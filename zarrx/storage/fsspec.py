@@ -45,13 +45,13 @@ from zarrx.storage.paths import FilePaths, validate_key, validate_prefix
 from zarrx.storage.redaction import redact, scrub, secret_values, url_passwords
 from zarrx.storage.remote import RemoteOptions, configure
 from zarrx.storage.store import ByteRequest, Store, byte_bounds, open_bounds
-from zarrx.storage.readers import MISSING as _MISSING, own_instance, protocols, read_synchronously, reader_for
+from zarrx.storage.readers import MISSING as _MISSING, beneath_folders, own_instance, protocols
+from zarrx.storage.readers import read_synchronously, reader_for
 from zarrx.storage.transfers import BodyTooLarge, ObjectRead, ServerAnswer, Transfers, describe_failure
 
 __all__ = ["FsspecStore"]
 
-# fsspec treats these as glob characters in rm/cat/expand_path.
-_GLOB_CHARACTERS = re.compile(r"[*?\[]")
+_GLOB_CHARACTERS = re.compile(r"[*?\[]")  # fsspec treats these as glob characters in rm/cat/expand_path
 
 #: protocols whose file systems zarrx never writes through (fsspec's HTTP writes are POST/PUT
 #: to arbitrary servers, not an object store with atomic replacement)
@@ -64,7 +64,7 @@ class FsspecStore(Store):
     Parameters
     ----------
     fs
-        Any ``fsspec.AbstractFileSystem`` (sync or async).
+        Any ``fsspec.AbstractFileSystem`` (sync or async; a ``DirFileSystem`` is used as what it wraps).
     root
         The folder (or bucket/prefix) of the store, with or without protocol.
     read_only
@@ -97,6 +97,7 @@ class FsspecStore(Store):
         secrets: tuple[str, ...] = (),
         options: RemoteOptions | None = None,
     ) -> None:
+        fs, root = beneath_folders(fs, root)  # a DirFileSystem is the file system it wraps, below its folder
         self._fs, self._pid = fs, os.getpid()
         self.root = fs._strip_protocol(root).rstrip("/")
         self.read_only_protocol = not READ_ONLY_PROTOCOLS.isdisjoint(protocols(fs))

@@ -31,6 +31,8 @@ from typing import Any, Callable, Sequence
 
 from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.cached import CachingFileSystem
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import StoreError
 from zarrx.storage.http import HttpReader
@@ -40,7 +42,8 @@ from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, Transfers
 #: what fsspec back ends raise for an absent object (or a folder where an object was asked for)
 MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 
-__all__ = ["FileSystemReader", "S3Reader", "READERS", "reader_for", "read_synchronously", "own_instance", "protocols"]
+__all__ = ["FileSystemReader", "S3Reader", "READERS", "reader_for", "read_synchronously", "own_instance", "protocols",
+           "beneath_folders"]
 
 
 class FileSystemReader:
@@ -179,6 +182,22 @@ def protocols(fs: Any) -> tuple[str, ...]:
     """The protocols of an fsspec file system (``("s3", "s3a")``)."""
     protocol = fs.protocol
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def beneath_folders(fs: Any, root: str) -> tuple[Any, str]:
+    """``fs`` and ``root`` with fsspec's ``DirFileSystem`` layers taken off: a folder of another
+    file system is that file system below the folder, and zarrx uses it as it uses that one (local
+    files written atomically and locked, S3 objects conditionally, a web server read-only, its keys
+    quoted). A ``DirFileSystem`` says it is async whatever it wraps; used as one, a synchronous
+    one fails on its first read. A root that climbs out of a local folder with ``..`` is refused,
+    as ``DirFileSystem`` refuses it."""
+    while isinstance(fs, DirFileSystem):
+        root = fs._strip_protocol(root).strip("/")
+        if isinstance(fs.fs, LocalFileSystem) and ".." in root.split("/"):
+            raise StoreError(f"root {root!r} climbs out of the folder {fs.path!r} of {fs!r}")
+        root = fs.fs.sep.join(part for part in (fs.path, root) if part)
+        fs = fs.fs
+    return fs, root
 
 
 def own_instance(fs: Any) -> Any:
