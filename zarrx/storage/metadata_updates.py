@@ -27,10 +27,12 @@ threads of one process; a store that can also exclude other processes offers
 
 ``locks_objects`` / ``lock_objects(keys)``
     a ``with`` block in which no other process's partial write of those keys runs.
-    :class:`~zarrx.storage.local.LocalStore` takes a byte-range lock per key
+    :class:`~zarrx.storage.local.LocalStore` takes a byte-range lock per object
     (:func:`object_file_locks`) in a lock file of the machine's temporary folder, so every
     process of the machine writing to that folder -- dask's worker processes, a
     ``multiprocessing`` pool -- keeps every value, and the store gets no file of zarrx's.
+    So do the other stores of local files (fsspec's, obstore's, zarr-python's), whatever
+    folder of the path each is rooted at.
 """
 
 from __future__ import annotations
@@ -115,14 +117,18 @@ if _OFD_SETLKW is not None and struct.calcsize(_FLOCK) != 32:  # pragma: no cove
 _HELD = threading.local()
 
 
+def object_lock_file() -> str:
+    """The lock file of the objects of local stores: one of the user's, in a folder of the user's
+    in the machine's temporary folder (``TMPDIR``). Each object is a byte of it chosen by the
+    object's path below the real path of its store's root (:func:`_offset`), so stores rooted
+    at a folder, at its parent or through a link lock one object alike."""
+    return os.path.join(tempfile.gettempdir(), f"zarrx-locks-{os.getuid() if hasattr(os, 'getuid') else 0}",
+                        "objects.lock")  # fmt: skip
+
+
 @functools.lru_cache(maxsize=256)
-def object_lock_file(root: str) -> str:
-    """The lock file of the local store at ``root``: in a folder of the user's in the machine's
-    temporary folder (``TMPDIR``), named by a digest of the folder's real path, so every path
-    of one folder (through links, relative) names one file."""
-    digest = hashlib.sha256(os.path.realpath(root).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    folder = os.path.join(tempfile.gettempdir(), f"zarrx-locks-{os.getuid() if hasattr(os, 'getuid') else 0}")
-    return os.path.join(folder, digest + ".lock")
+def _real_folder(root: str) -> str:
+    return os.path.realpath(root)
 
 
 def _open_lock_file(path: str) -> int:
@@ -133,9 +139,11 @@ def _open_lock_file(path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
 
-def _offset(key: str) -> int:
-    """The byte of the lock file that stands for ``key`` (a stable digest: every process agrees)."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 2
+def _offset(root: str, key: str) -> int:
+    """The byte of the lock file that stands for the object ``key`` of the store at ``root``: a
+    stable digest of its path (every process agrees), below the root's real path."""
+    path = os.path.join(_real_folder(root), key).encode("utf-8", "surrogateescape")
+    return int.from_bytes(hashlib.blake2b(path, digest_size=8).digest(), "little") >> 2
 
 
 @contextlib.contextmanager
@@ -143,11 +151,12 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     """Hold exclusive locks, against every process of this machine, of the objects ``keys`` of
     the local store at ``root``.
 
-    Each key is one byte of the store's :func:`object_lock_file` (an empty file; locks past its
-    end are allowed), locked with an open-file-description lock in ascending order, so holders
-    of overlapping sets cannot deadlock; closing the file at the end of the block, or the end of
-    the process, releases them. Where those locks do not exist (not Linux), the whole file is
-    locked (``flock``). Keys this thread already holds are not taken again.
+    Each object is one byte of :func:`object_lock_file` (an empty file; locks past its end are
+    allowed), whatever root of its folder the store has, locked with an open-file-description
+    lock in ascending order, so holders of overlapping sets cannot deadlock; closing the file at
+    the end of the block, or the end of the process, releases them. Where those locks do not
+    exist (not Linux), the whole file is locked (``flock``): partial writes of the user's
+    processes then run one at a time. Keys this thread already holds are not taken again.
 
     Examples
     --------
@@ -158,9 +167,9 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     ...         pass
     """
     held: set[tuple[str, int]] = _HELD.__dict__.setdefault("pairs", set())
-    wanted = sorted({_offset(key) for key in keys}) if _OFD_SETLKW is not None else [0]
+    wanted = sorted({_offset(root, key) for key in keys}) if _OFD_SETLKW is not None else [0]
     try:
-        path = object_lock_file(root)
+        path = object_lock_file()
         descriptor = _open_lock_file(path)
     except OSError as unusable:  # no temporary folder this user can write: the store's own folder
         path = os.path.join(root, OBJECT_LOCK_NAME)
