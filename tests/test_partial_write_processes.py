@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,10 +41,27 @@ ROOT = Path(__file__).resolve().parents[1]
 #: element of the whole array (a partial write of every chunk) with that round's values
 WRITER = r"""
 import os, sys, tempfile, time, numpy as np, zarrx
-path, name, number, count, rounds, start = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6]
-if len(sys.argv) > 7:  # a temporary folder that cannot be used
-    tempfile.tempdir = sys.argv[7]
-arr = zarrx.open_array(path, name, mode="r+")
+path, name, number, count, rounds, start, way = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:8]
+if len(sys.argv) > 8:  # a temporary folder that cannot be used
+    tempfile.tempdir = sys.argv[8]
+if way == "path":
+    arr = zarrx.open_array(path, name, mode="r+")
+elif way in ("parent", "grandparent"):  # the same chunks, keys of a store rooted one or two folders up
+    parent, grandparent = os.path.dirname(path), os.path.dirname(os.path.dirname(path))
+    root = parent if way == "parent" else grandparent
+    arr = zarrx.open_array(root, os.path.relpath(path, root) + "/" + name, mode="r+")
+elif way == "zarr ObjectStore S3":  # zarr-python's ObjectStore over obstore's S3Store: path is endpoint|bucket|prefix
+    import obstore.store, zarr.storage
+    endpoint, bucket, prefix = path.split("|")
+    s3 = obstore.store.S3Store(bucket, prefix=prefix, endpoint=endpoint, access_key_id="k", secret_access_key="s",
+                               region="us-east-1", client_options={"allow_http": True})
+    arr = zarrx.open_array(zarr.storage.ObjectStore(s3), name, mode="r+")
+else:  # a zarr-python store of the same folder
+    import obstore.store, zarr.storage
+    store = {"zarr LocalStore": lambda: zarr.storage.LocalStore(path),
+             "zarr ObjectStore": lambda: zarr.storage.ObjectStore(obstore.store.LocalStore(path)),
+             "zarr FsspecStore": lambda: zarr.storage.FsspecStore.from_url("file://" + path)}[way]()
+    arr = zarrx.open_array(store, name, mode="r+")
 while not os.path.exists(start):
     time.sleep(0.001)
 for round_number in range(rounds):
@@ -52,11 +70,14 @@ for round_number in range(rounds):
 """
 
 
-def _race(path: Path, name: str, tmp_path: Path, *tempdir: str) -> np.ndarray:
+def _race(
+    path: Path | str, name: str, tmp_path: Path, *tempdir: str, ways: tuple[str, ...] = ("path",), rounds: int = ROUNDS
+) -> np.ndarray:
+    """The array after PROCESSES writers raced, the n-th opening it the n-th of ``ways`` (round robin)."""
     start = tmp_path / f"start-{name}"
     children = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(number), str(PROCESSES), str(ROUNDS),
-                          str(start), *tempdir], cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(number), str(PROCESSES), str(rounds),
+                          str(start), ways[number % len(ways)], *tempdir], cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
         for number in range(PROCESSES)
     ]
     time.sleep(1.0)  # the writers import zarrx and open the array, then wait for the start
@@ -64,7 +85,7 @@ def _race(path: Path, name: str, tmp_path: Path, *tempdir: str) -> np.ndarray:
     for child in children:
         _, error = child.communicate(timeout=120)
         assert child.returncode == 0, error.decode()[-2000:]
-    return zarrx.open_array(path, name)[...]
+    return zarrx.open_array(path, name)[...] if os.path.isdir(path) else None
 
 
 @pytest.mark.parametrize("layout", ["chunks", "shards"])
@@ -77,9 +98,22 @@ def test_processes_writing_parts_of_the_same_chunks_keep_every_value(tmp_path, l
     lost = np.flatnonzero(found != expected)
     assert lost.size == 0, f"{lost.size} of {found.size} values lost, e.g. at {lost[:8].tolist()}: {found[lost[:8]]}"
     # the locks live in the machine's temporary folder: the store holds only the array
-    assert object_lock_file(str(path)).startswith(os.path.realpath(os.path.dirname(object_lock_file("/"))))
-    assert os.path.exists(object_lock_file(str(path)))
+    assert os.path.realpath(object_lock_file()).startswith(os.path.realpath(tempfile.gettempdir()))
+    assert os.path.exists(object_lock_file())
     assert sorted(os.listdir(path)) == [layout, "zarr.json"]
+
+
+@pytest.mark.parametrize(
+    "ways", [("path", "parent", "grandparent"), ("zarr LocalStore",), ("zarr ObjectStore", "path"), ("zarr FsspecStore", "parent")]
+)
+def test_writers_keep_every_value_whatever_store_or_root_each_opened_the_folder_with(tmp_path, ways):
+    # an object is one file whichever store reaches it: writers locking it under another root's
+    # name, or through a zarr-python store that zarrx did not lock, lost values in every run
+    path = tmp_path / "data.zarr"
+    zarrx.create_array(LocalStore(path), "chunks", shape=(128,), chunks=(8,), dtype="i8", fill_value=-1)
+    found = _race(path, "chunks", tmp_path, ways=ways, rounds=100)  # few chunks, many rounds: many races
+    lost = np.flatnonzero(found != np.arange(128) + 1000 * 100)
+    assert lost.size == 0, f"{ways}: {lost.size} of {found.size} values lost, e.g. at {lost[:8].tolist()}"
 
 
 def test_without_a_usable_temporary_folder_the_lock_file_is_in_the_store_and_never_listed(tmp_path):
@@ -124,6 +158,16 @@ def test_dask_store_without_its_lock_on_worker_processes_keeps_every_value(tmp_p
                 found = arr[...]
                 lost = np.flatnonzero(found != np.arange(size))
                 assert lost.size == 0, f"{place.format(attempt)}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"
+
+
+def test_processes_writing_through_zarr_pythons_object_store_on_s3_keep_every_value(tmp_path, s3):
+    # zarr-python's ObjectStore has no conditional put: through it, these writers lost values
+    options = {"endpoint_url": s3.url, "key": "k", "secret": "s"}
+    arr = zarrx.create_array("s3://partial/objectstore.zarr", shape=(128,), chunks=(8,), dtype="i8", fill_value=-1,
+                             storage_options=options)  # fmt: skip
+    _race(f"{s3.url}|partial|objectstore.zarr", "", tmp_path, ways=("zarr ObjectStore S3",), rounds=10)
+    lost = np.flatnonzero(arr[...] != np.arange(128) + 1000 * 10)
+    assert lost.size == 0, f"{lost.size} of 128 values lost, e.g. at {lost[:8].tolist()}"
 
 
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])

@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 import zarrx
-from zarrx.storage import ZarrPythonStore, make_store
+from zarrx.storage import LocalStore, ZarrPythonStore, make_store
 from zarrx.storage.zarr_python import zarr_python_array_location
 
 from tests.test_storage import StoreSuite
@@ -42,10 +42,27 @@ def test_a_zarr_python_local_store_round_trips_a_dataset(tmp_path):
 
 
 def test_make_store_takes_a_zarr_python_store_and_respects_read_only(tmp_path):
-    peer = zarr.storage.LocalStore(tmp_path / "s")
+    peer = zarr.storage.MemoryStore({})
     assert isinstance(make_store(peer, mode="a"), ZarrPythonStore)
     assert make_store(peer, mode="r").read_only
+    assert make_store(zarr.storage.MemoryStore({}, read_only=True), mode="a").read_only
+
+
+def test_zarr_python_stores_of_a_local_folder_are_that_folder(tmp_path):
+    # written atomically and locked against other processes as a path is (tests/test_partial_write_processes.py)
+    import obstore.store
+
+    stores = [zarr.storage.LocalStore(tmp_path / "s"), zarr.storage.FsspecStore.from_url(f"file://{tmp_path}/s"),
+              zarr.storage.ObjectStore(obstore.store.LocalStore(tmp_path / "s", mkdir=True))]  # fmt: skip
+    for peer in stores:
+        assert make_store(peer, mode="a") == LocalStore(tmp_path / "s"), peer
+        assert make_store(peer, mode="r").read_only
     assert make_store(zarr.storage.LocalStore(tmp_path / "s", read_only=True), mode="a").read_only
+
+    class Logged(zarr.storage.LocalStore):  # a subclass may do more than its files: it stays itself
+        pass
+
+    assert isinstance(make_store(Logged(tmp_path / "s"), mode="a"), ZarrPythonStore)
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

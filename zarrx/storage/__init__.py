@@ -20,13 +20,17 @@ any other fsspec URL (``memory://``, ``https://``,     :meth:`FsspecStore.from_u
 chained ``simplecache::s3://``)                        (``https://`` through obstore with
                                                        ``zarrx_backend="obstore"``)
 an ``fsspec.FSMap``                                    a :class:`FsspecStore` on its file system and root
-                                                       (a :class:`LocalStore` for a local one)
+                                                       (a :class:`LocalStore` for a local one; a
+                                                       ``DirFileSystem`` as the one it wraps)
 ``reference://`` (kerchunk: ``storage_options`` with   a :class:`ReferenceStore` (read-only), also of
 ``fo``, ...), a ``ReferenceFileSystem`` or its mapper  the file system or its mapper
 a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore` over it, paced,
 (``LocalStore``, ``FsspecStore``, ``ObjectStore``,      retried and bounded in time as zarrx's own
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
-                                                       the ``zarrx_*`` ones)
+                                                       the ``zarrx_*`` ones); zarr-python's own
+                                                       stores of local files: a :class:`LocalStore`
+                                                       of the folder; its ``ObjectStore``: an
+                                                       :class:`ObstoreStore` of its obstore store
 an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
 ``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
                                                        ``zarrx_*`` ones)
@@ -70,7 +74,8 @@ from zarrx.storage.prefetch import PrefetchStore
 from zarrx.storage.readers import beneath_folders
 from zarrx.storage.references import ReferenceStore, is_reference_file_system
 from zarrx.storage.remote import split_storage_options
-from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store
+from zarrx.storage.zarr_python import ACCEPTED_STORES, ZarrPythonStore, is_zarr_python_store, zarr_python_folder
+from zarrx.storage.zarr_python import zarrx_store_of
 from zarrx.storage.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -197,8 +202,11 @@ def make_store(
         return ObstoreStore(store_like, read_only=read_only, options=remote)
     if is_zarr_python_store(store_like):
         remote, rest = split_storage_options(storage_options)  # zarrx's own options pace its requests
+        folder = zarr_python_folder(store_like)  # local files: written atomically and locked as a path's
+        if folder is not None:
+            return _local(folder, read_only or store_like.read_only, rest, follow_external_links, store_like)
         _refuse_options(rest, store_like)
-        return ZarrPythonStore(store_like, read_only=read_only, options=remote)
+        return zarrx_store_of(store_like, read_only=read_only, options=remote)
     kind = type(store_like)
     raise StoreTypeError(
         f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}; "

@@ -50,7 +50,7 @@ from zarrx.storage.obstore_reads import (
 )  # fmt: skip
 from zarrx.storage.store import ByteRequest, Store, open_bounds
 from zarrx.storage.transfers import Attempt, ObjectRead, Transfers, describe_failure
-from zarrx.storage.zarr_python import _Failure, _OnLoop
+from zarrx.storage.zarr_python_reads import _Failure, _OnLoop
 
 __all__ = ["ObstoreStore", "is_obstore_store", "CONDITIONAL_STORES"]
 

@@ -20,7 +20,7 @@ from zarrx.errors import StoreError
 from zarrx.storage.foreign_threads import settle_at_exit
 from zarrx.storage.http import host_of
 from zarrx.storage.transfers import RETRY_STATUSES, Attempt, BodyTooLarge, ObjectRead, ServerAnswer
-from zarrx.storage.zarr_python import CONNECTION_FAILURES, _Failure, _hedged
+from zarrx.storage.zarr_python_reads import CONNECTION_FAILURES, _Failure, _hedged
 
 __all__ = ["ObstoreReader", "MissingBucket", "store_host", "call", "not_found", "first_paragraph", "TimedOut"]
 
@@ -146,7 +146,7 @@ class ObstoreReader:
 
     async def _send(self, make: Callable[[], Awaitable[Any]], attempt: Attempt) -> Any:
         """``make()``'s answer: sent again while late to a web server (whose small listen backlog
-        may have dropped the connection attempt, see ``zarr_python._hedged``); once to an object
+        may have dropped the connection attempt, see ``zarr_python_reads._hedged``); once to an object
         store service (S3, GCS, Azure: a late answer there is load, which a second request adds to)."""
         if self.hedges:
             return await _hedged(make, attempt)

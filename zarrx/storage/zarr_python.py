@@ -26,6 +26,14 @@ for the commit, so zarrx sends them as made, a node before its chunks -- and, li
 zarr-python ``MemoryStore``, ``process_local`` when writable: a pickled copy (a fork sent to a
 worker) keeps the writes made with it, so zarrx never sends a write task to another process.
 
+Three of zarr-python's own stores (exactly those classes, not subclasses) are read and written as
+zarrx's stores of the same objects instead (:func:`zarrx_store_of`): a ``LocalStore``, or an
+``FsspecStore`` or ``ObjectStore`` of local files, as zarrx's :class:`~zarrx.storage.local.LocalStore`
+of the folder; any other ``ObjectStore`` as zarrx's :class:`~zarrx.storage.obstore.ObstoreStore`.
+zarr-python's stores offer no lock and no conditional write: through them, processes writing parts
+of one chunk lost values, and ``FsspecStore`` writes local files in place, so readers saw them half
+written.
+
 The objects are recognised by type -- ``isinstance(obj, zarr.abc.store.Store)``,
 ``isinstance(obj, zarr.Array)`` -- looked up in ``sys.modules`` only: a zarr-python object exists
 only once zarr-python is imported, so zarrx never imports it itself.
@@ -40,11 +48,14 @@ import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
+from fsspec.implementations.local import LocalFileSystem
+
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.foreign_threads import check_not_forked, runtime_used, settle_at_exit
-from zarrx.storage.http import host_of
-from zarrx.storage.limiter import MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR
+from zarrx.storage.local import LocalStore
+from zarrx.storage.obstore import ObstoreStore
 from zarrx.storage.paths import validate_key, validate_prefix
+from zarrx.storage.readers import beneath_folders
 from zarrx.storage.remote import RemoteOptions
 from zarrx.storage.store import (
     ByteRequest,
@@ -53,9 +64,11 @@ from zarrx.storage.store import (
     Store,
     SuffixByteRequest,
 )
-from zarrx.storage.transfers import Attempt, BodyTooLarge, ObjectRead, Transfers, describe_failure
+from zarrx.storage.transfers import Attempt, ObjectRead, Transfers, describe_failure
+from zarrx.storage.zarr_python_reads import _Failure, _OnLoop, _Reader, _call
 
-__all__ = ["ZarrPythonStore", "is_zarr_python_store", "zarr_python_array_location", "ACCEPTED_STORES"]
+__all__ = ["ZarrPythonStore", "is_zarr_python_store", "zarr_python_array_location", "zarr_python_folder", "zarrx_store_of",
+           "ACCEPTED_STORES"]
 
 #: what :func:`~zarrx.storage.make_store` accepts, for its error message
 ACCEPTED_STORES = (
@@ -83,13 +96,64 @@ def is_zarr_python_store(obj: Any) -> bool:
     return base is not None and isinstance(obj, base)
 
 
+def zarr_python_folder(store: Any) -> str | None:
+    """The local folder whose files are the objects of ``store``, for the zarr-python stores of
+    local files zarrx knows exactly -- ``zarr.storage.LocalStore``, an ``ObjectStore`` over
+    obstore's ``LocalStore``, an ``FsspecStore`` over fsspec's local file system (or a
+    ``DirFileSystem`` of it) -- else None (subclasses, which may do more, included).
+
+    zarrx reads and writes those folders as its own :class:`~zarrx.storage.local.LocalStore`:
+    a partial write locks its object against every process of the machine, as it does for a
+    path (zarr-python's stores offer no lock, so processes writing parts of one chunk through
+    them lost values), and writes are atomic (``FsspecStore``'s are not: a reader saw chunks
+    half written).
+
+    Examples
+    --------
+    >>> import zarr
+    >>> zarr_python_folder(zarr.storage.LocalStore("/data/x.zarr"))
+    '/data/x.zarr'
+    >>> zarr_python_folder(zarr.storage.MemoryStore()) is None
+    True
+    """
+    kind = type(store)
+    if kind is _loaded("zarr.storage", "LocalStore"):
+        return str(store.root)
+    if kind is _loaded("zarr.storage", "ObjectStore"):
+        inner = store.store
+        local = type(inner) is _loaded("obstore.store", "LocalStore")
+        return str(inner.prefix) if local and inner.prefix is not None else None
+    if kind is _loaded("zarr.storage", "FsspecStore"):
+        fs = store.fs
+        wrapper = _loaded("fsspec.implementations.asyn_wrapper", "AsyncFileSystemWrapper")
+        fs, path = beneath_folders(fs.sync_fs if wrapper is not None and isinstance(fs, wrapper) else fs, store.path)
+        return path if isinstance(fs, LocalFileSystem) else None
+    return None
+
+
+def zarrx_store_of(store: Any, read_only: bool = False, options: RemoteOptions | None = None) -> Store:
+    """The zarrx store that reads and writes the objects of the zarr-python ``store``: for the
+    stores of local files of :func:`zarr_python_folder`, zarrx's :class:`LocalStore` of the
+    folder; for zarr-python's own ``ObjectStore``, zarrx's :class:`~zarrx.storage.obstore.ObstoreStore`
+    of the same obstore store (a partial write then stores its object only over the version read on
+    S3, GCS and Azure: zarr-python's ``ObjectStore`` has no conditional put, and processes writing
+    parts of one chunk through it lost values); for any other, :class:`ZarrPythonStore`."""
+    read_only = bool(read_only or store.read_only)
+    folder = zarr_python_folder(store)
+    if folder is not None:
+        return LocalStore(folder, read_only=read_only)
+    if type(store) is _loaded("zarr.storage", "ObjectStore"):
+        return ObstoreStore(store.store, read_only=read_only, options=options)
+    return ZarrPythonStore(store, read_only, options)
+
+
 def _is_session_store(store: Any) -> bool:
     """Whether ``store`` is an Icechunk session's store (``icechunk.IcechunkStore``), never importing icechunk."""
     kind = _loaded("icechunk.store", "IcechunkStore")
     return kind is not None and isinstance(store, kind)
 
 
-def zarr_python_array_location(obj: Any) -> tuple["ZarrPythonStore", str] | None:
+def zarr_python_array_location(obj: Any) -> tuple[Store, str] | None:
     """``(store, path)`` of a zarr-python ``Array`` (or ``AsyncArray``), None for anything else.
 
     Examples
@@ -100,42 +164,7 @@ def zarr_python_array_location(obj: Any) -> tuple["ZarrPythonStore", str] | None
     classes = tuple(c for c in (_loaded("zarr.core.array", "Array"), _loaded("zarr.core.array", "AsyncArray")) if c)
     if not classes or not isinstance(obj, classes):
         return None
-    return ZarrPythonStore(obj.store_path.store), str(obj.store_path.path).strip("/")
-
-
-def store_host(store: Any) -> str:
-    """What a zarr-python store's requests are paced by: ``scheme://host:port`` of the URL it
-    reads (an ``ObjectStore``'s obstore store, an ``FsspecStore``'s HTTP path), else its class.
-
-    Examples
-    --------
-    >>> store_host(object())
-    'builtins.object'
-    """
-    inner = getattr(store, "store", None)
-    url = getattr(inner, "url", None)
-    if not isinstance(url, str):
-        path, fs = getattr(store, "path", None), getattr(store, "fs", None)
-        url = path if isinstance(path, str) and fs is not None and "://" in path else None
-    if isinstance(url, str) and "://" in url:
-        return host_of(url)
-    kind = type(store)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-#: signs, in the text of a store's error, of a connection failing (object_store's, reqwest's, aiohttp's)
-CONNECTION_FAILURES = (
-    "error sending request", "connection reset", "connection refused", "connection closed", "broken pipe",
-    "connection aborted", "incomplete message", "unexpected eof",
-)  # fmt: skip
-
-
-#: a late read is sent again at most this many times (see ``_Reader._hedged``)
-HEDGES = 3
-
-
-class _Failure(ConnectionError):
-    """A store's error whose text says a connection failed: a transient failure, a sign of overload."""
+    return zarrx_store_of(obj.store_path.store), str(obj.store_path.path).strip("/")
 
 
 def _bounds(byte_range: ByteRequest | None) -> tuple[int | None, int | None]:
@@ -150,114 +179,6 @@ def _bounds(byte_range: ByteRequest | None) -> tuple[int | None, int | None]:
         case SuffixByteRequest(suffix):
             return (-suffix, None) if suffix else (0, 0)  # the last 0 bytes: an empty range
     raise TypeError(f"expected a ByteRequest or None, found {byte_range!r}")
-
-
-class _Reader:
-    """Reads one value of a zarr-python store for :class:`~zarrx.storage.transfers.Transfers`."""
-
-    #: zarrx retries (the store's own library may retry too: obstore does, within its own limits)
-    retries = True
-    #: the store opens its connections out of sight: an answer's latency includes their set-up
-    sees_connections = False
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self._host = store_host(store)
-        #: requests in flight the host starts with: what zarr-python itself keeps (its
-        #: ``async.concurrency``), which the store's server is known to take
-        self.initial_requests = _zarr_concurrency()
-
-    def host(self, path: str) -> str:
-        return self._host
-
-    async def read(self, read: ObjectRead, attempt: Attempt) -> bytes | None:
-        from zarr.abc import store as peer
-        from zarr.core.buffer import default_buffer_prototype
-
-        start, end = read.start, read.end
-        if start is None and end is None:
-            request = None
-        elif start is not None and start < 0:
-            request = peer.SuffixByteRequest(-start)
-        elif end is None:
-            request = peer.OffsetByteRequest(start)
-        elif end <= start:
-            return b"" if await _call(self.store.exists(read.path)) else None  # an empty range reads nothing
-        else:
-            request = peer.RangeByteRequest(start, end)
-        value = await _hedged(lambda: self.store.get(read.path, default_buffer_prototype(), request), attempt)
-        if value is None:
-            return None
-        data = value.to_bytes()
-        if len(data) > read.limit:
-            raise BodyTooLarge(len(data), read.limit, declared=False)
-        return data
-
-
-async def _call(awaitable: Awaitable[Any]) -> Any:
-    """Await a store's call; a connection failure told only in the error's text becomes :class:`_Failure`."""
-    try:
-        return await awaitable
-    except (ConnectionError, TimeoutError, asyncio.TimeoutError, StoreError):
-        raise
-    except Exception as error:
-        text = str(error).lower()
-        if any(sign in text for sign in CONNECTION_FAILURES):
-            raise _Failure(f"{type(error).__name__}: {error}") from error
-        raise
-
-
-def _zarr_concurrency() -> int | None:
-    try:
-        from zarr import config
-
-        return int(config.get("async.concurrency"))
-    except Exception:  # noqa: BLE001 (a zarr-python without the setting: zarrx's default)
-        return None
-
-
-async def _hedged(make: Callable[[], Awaitable[Any]], attempt: Attempt) -> Any:
-    """``make()``'s answer; sent once more while it is late (:data:`HEDGES` times at most,
-    each after twice the wait of the one before), the first answer taken, the others cancelled.
-
-    An answer later than a slow connect of the host (eight times its lowest latency, at
-    least 0.1 s) most likely waits for a connection attempt a full listen backlog dropped,
-    which TCP sends again only after a second; a new request opens a new connection. The
-    late request is a sign of overload for the host's window.
-    """
-    limiter = attempt.limiter
-    baseline = limiter.baseline
-    wait = None if baseline is None else max(MIN_SLOW_CONNECT, SLOW_CONNECT_FACTOR * baseline)
-    sent: dict[asyncio.Future, float] = {asyncio.ensure_future(_call(make())): time.monotonic()}
-    pending = set(sent)
-    hedges = 0
-    try:
-        while True:
-            timeout = None if wait is None or hedges >= HEDGES else wait * 2**hedges
-            done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            answered = [task for task in done if task.exception() is None]
-            if answered or (done and not pending):
-                task = (answered or list(done))[0]
-                attempt.latency = time.monotonic() - sent[task]
-                return task.result()
-            if done:
-                continue  # one of them failed: wait for the others
-            if hedges == 0:
-                limiter.overloaded("timeout", attempt.in_flight)
-            hedges += 1
-            task = asyncio.ensure_future(_call(make()))
-            sent[task] = time.monotonic()
-            pending.add(task)
-    finally:
-        for task in pending:
-            task.cancel()
-
-
-class _OnLoop:
-    """What :class:`Transfers` needs of a file system: the event loop its requests run on."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
 
 
 async def _opened(store: Any) -> asyncio.AbstractEventLoop:
