@@ -56,6 +56,12 @@ elif way == "zarr ObjectStore S3":  # zarr-python's ObjectStore over obstore's S
     s3 = obstore.store.S3Store(bucket, prefix=prefix, endpoint=endpoint, access_key_id="k", secret_access_key="s",
                                region="us-east-1", client_options={"allow_http": True})
     arr = zarrx.open_array(zarr.storage.ObjectStore(s3), name, mode="r+")
+elif way == "zarr FsspecStore S3":  # zarr-python's FsspecStore over s3fs: path is endpoint|bucket|prefix
+    import zarr.storage
+    endpoint, bucket, prefix = path.split("|")
+    store = zarr.storage.FsspecStore.from_url(f"s3://{bucket}/{prefix}",
+                                              storage_options={"endpoint_url": endpoint, "key": "k", "secret": "s"})
+    arr = zarrx.open_array(store, name, mode="r+")
 else:  # a zarr-python store of the same folder
     import obstore.store, zarr.storage
     store = {"zarr LocalStore": lambda: zarr.storage.LocalStore(path),
@@ -160,14 +166,16 @@ def test_dask_store_without_its_lock_on_worker_processes_keeps_every_value(tmp_p
                 assert lost.size == 0, f"{place.format(attempt)}: {lost.size} values lost, e.g. at {lost[:8].tolist()}"
 
 
-def test_processes_writing_through_zarr_pythons_object_store_on_s3_keep_every_value(tmp_path, s3):
-    # zarr-python's ObjectStore has no conditional put: through it, these writers lost values
+@pytest.mark.parametrize("way", ["zarr ObjectStore S3", "zarr FsspecStore S3"])
+def test_processes_writing_through_zarr_pythons_stores_on_s3_keep_every_value(tmp_path, s3, way):
+    # zarr-python's stores have no conditional put: through them, these writers lost values
     options = {"endpoint_url": s3.url, "key": "k", "secret": "s"}
-    arr = zarrx.create_array("s3://partial/objectstore.zarr", shape=(128,), chunks=(8,), dtype="i8", fill_value=-1,
+    name = way.split()[1].lower()
+    arr = zarrx.create_array(f"s3://partial/{name}.zarr", shape=(128,), chunks=(8,), dtype="i8", fill_value=-1,
                              storage_options=options)  # fmt: skip
-    _race(f"{s3.url}|partial|objectstore.zarr", "", tmp_path, ways=("zarr ObjectStore S3",), rounds=10)
+    _race(f"{s3.url}|partial|{name}.zarr", "", tmp_path, ways=(way,), rounds=10)
     lost = np.flatnonzero(arr[...] != np.arange(128) + 1000 * 10)
-    assert lost.size == 0, f"{lost.size} of 128 values lost, e.g. at {lost[:8].tolist()}"
+    assert lost.size == 0, f"{way}: {lost.size} of 128 values lost, e.g. at {lost[:8].tolist()}"
 
 
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])

@@ -65,6 +65,25 @@ def test_zarr_python_stores_of_a_local_folder_are_that_folder(tmp_path):
     assert isinstance(make_store(Logged(tmp_path / "s"), mode="a"), ZarrPythonStore)
 
 
+def test_zarr_pythons_object_and_fsspec_stores_are_zarrxs_stores_of_the_same_objects():
+    # with zarrx's conditional partial writes (tests/test_partial_write_processes.py)
+    import obstore.store
+
+    from zarrx.storage import FsspecStore, ObstoreStore
+
+    memory = obstore.store.MemoryStore()
+    ours = make_store(zarr.storage.ObjectStore(memory), mode="a")
+    assert isinstance(ours, ObstoreStore) and ours.obstore is memory and not ours.read_only
+    assert make_store(zarr.storage.ObjectStore(memory, read_only=True), mode="a").read_only
+    s3 = zarr.storage.FsspecStore.from_url("s3://bucket/x.zarr", storage_options={"anon": True})
+    ours = make_store(s3, mode="a")
+    assert isinstance(ours, FsspecStore) and ours.root == "bucket/x.zarr"
+    assert not ours.fs.asynchronous and ours.fs.storage_options.get("anon") is True  # made again, not zarr-python's
+    assert make_store(zarr.storage.FsspecStore.from_url("https://example.org/x.zarr"), mode="a").read_only
+    references = zarr.storage.FsspecStore.from_url("reference://", storage_options={"fo": {"version": 1, "refs": {}}})
+    assert isinstance(make_store(references), ZarrPythonStore)
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_arrays_in_a_zarr_python_store_are_shared_both_ways(zarr_format):
     peer = zarr.zeros((6, 4), chunks=(2, 2), dtype="int32", zarr_format=zarr_format)

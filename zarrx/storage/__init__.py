@@ -29,8 +29,9 @@ a zarr-python store: any ``zarr.abc.store.Store``      a :class:`ZarrPythonStore
 icechunk's ``IcechunkStore``, ...)                     remote stores (``storage_options``: only
                                                        the ``zarrx_*`` ones); zarr-python's own
                                                        stores of local files: a :class:`LocalStore`
-                                                       of the folder; its ``ObjectStore``: an
-                                                       :class:`ObstoreStore` of its obstore store
+                                                       of the folder; its ``ObjectStore`` and
+                                                       ``FsspecStore``: an :class:`ObstoreStore`,
+                                                       a :class:`FsspecStore` of the same objects
 an obstore store (``obstore.store.S3Store``,           an :class:`ObstoreStore` over it, paced, retried and
 ``HTTPStore``, ``LocalStore``, ``MemoryStore``, ...)   bounded in time (``storage_options``: only the
                                                        ``zarrx_*`` ones)

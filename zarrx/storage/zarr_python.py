@@ -29,10 +29,11 @@ worker) keeps the writes made with it, so zarrx never sends a write task to anot
 Three of zarr-python's own stores (exactly those classes, not subclasses) are read and written as
 zarrx's stores of the same objects instead (:func:`zarrx_store_of`): a ``LocalStore``, or an
 ``FsspecStore`` or ``ObjectStore`` of local files, as zarrx's :class:`~zarrx.storage.local.LocalStore`
-of the folder; any other ``ObjectStore`` as zarrx's :class:`~zarrx.storage.obstore.ObstoreStore`.
-zarr-python's stores offer no lock and no conditional write: through them, processes writing parts
-of one chunk lost values, and ``FsspecStore`` writes local files in place, so readers saw them half
-written.
+of the folder; any other ``ObjectStore`` as zarrx's :class:`~zarrx.storage.obstore.ObstoreStore`,
+any other ``FsspecStore`` (but kerchunk references) as zarrx's
+:class:`~zarrx.storage.fsspec.FsspecStore`. zarr-python's stores offer no lock and no conditional
+write: through them, processes writing parts of one chunk lost values, and ``FsspecStore`` writes
+local files in place, so readers saw them half written.
 
 The objects are recognised by type -- ``isinstance(obj, zarr.abc.store.Store)``,
 ``isinstance(obj, zarr.Array)`` -- looked up in ``sys.modules`` only: a zarr-python object exists
@@ -52,10 +53,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
 from zarrx.storage.foreign_threads import check_not_forked, runtime_used, settle_at_exit
+from zarrx.storage.fsspec import FsspecStore
 from zarrx.storage.local import LocalStore
 from zarrx.storage.obstore import ObstoreStore
 from zarrx.storage.paths import validate_key, validate_prefix
 from zarrx.storage.readers import beneath_folders
+from zarrx.storage.references import is_reference_file_system
 from zarrx.storage.remote import RemoteOptions
 from zarrx.storage.store import (
     ByteRequest,
@@ -144,7 +147,33 @@ def zarrx_store_of(store: Any, read_only: bool = False, options: RemoteOptions |
         return LocalStore(folder, read_only=read_only)
     if type(store) is _loaded("zarr.storage", "ObjectStore"):
         return ObstoreStore(store.store, read_only=read_only, options=options)
+    fs, path = _file_system(store)
+    if fs is not None:
+        return FsspecStore(fs, path, read_only=read_only, options=options)
     return ZarrPythonStore(store, read_only, options)
+
+
+def _file_system(store: Any) -> tuple[Any, str]:
+    """``(fs, path)`` for zarrx's :class:`~zarrx.storage.fsspec.FsspecStore` of the objects of
+    zarr-python's own ``FsspecStore`` (not a subclass) -- its file system made again as a
+    synchronous instance from the options it was made with (zarr-python's is asynchronous, bound
+    to zarr-python's loop; a file system it wraps to make it asynchronous is used as it is) --
+    or ``(None, "")``: another store, kerchunk references, a file system that cannot be made again.
+    (Through zarr-python's ``FsspecStore``, processes writing parts of one chunk of S3 lost values:
+    zarrx's writes them only over the version read.)"""
+    if type(store) is not _loaded("zarr.storage", "FsspecStore"):
+        return None, ""
+    fs, path = beneath_folders(store.fs, store.path)
+    wrapper = _loaded("fsspec.implementations.asyn_wrapper", "AsyncFileSystemWrapper")
+    if wrapper is not None and isinstance(fs, wrapper):
+        return fs.sync_fs, path
+    if is_reference_file_system(fs) or not getattr(fs, "asynchronous", False):
+        return None, ""
+    options = {name: value for name, value in fs.storage_options.items() if name not in ("asynchronous", "loop")}
+    try:
+        return type(fs)(**options), path
+    except Exception:  # noqa: BLE001 (options that cannot make another instance: zarr-python's store as it is)
+        return None, ""
 
 
 def _is_session_store(store: Any) -> bool:
