@@ -1,10 +1,11 @@
 """Conditional writes on S3 through s3fs: ETag preconditions (``If-Match``, ``If-None-Match: *``).
 
 An :class:`~zarrx.storage.fsspec.FsspecStore` on s3fs offers ``conditional_writes`` (see
-:mod:`zarrx.storage.metadata_updates`) with these two functions. The version of a value is its
-ETag, read with a ``HEAD`` *before* the ``GET`` of the value: if another writer replaces the
-value in between, the ETag read is older than the value and the conditional ``PUT`` fails --
-never the other way round, which could lose an update. A failed precondition (S3's 412
+:mod:`zarrx.storage.metadata_updates`) with these two functions. The version of a value is the
+ETag of the ``GetObject`` answer that carried it: one request, and the version of exactly the
+bytes read (a ``HEAD`` before the ``GET`` cost a request more, with an ETag that could be older
+than the value -- safe, the conditional ``PUT`` then failed and was retried, but slower). A
+failed precondition (S3's 412
 ``PreconditionFailed``, or 409 ``ConditionalRequestConflict`` when two conditional writes race)
 is a False answer for the caller to retry; anything else is an error naming the key.
 
@@ -25,12 +26,23 @@ _CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "4
 
 
 def get_versioned(store: Any, key: str) -> tuple[bytes | None, Any]:
-    """``(value, ETag)`` of ``key`` in the :class:`~zarrx.storage.fsspec.FsspecStore` ``store``;
-    ``(None, None)`` when it is absent."""
+    """``(value, ETag)`` of ``key`` in the :class:`~zarrx.storage.fsspec.FsspecStore` ``store``
+    (one ``GetObject``, within the request deadline); ``(None, None)`` when it is absent."""
+    from s3fs.core import version_id_kw
+
     fs, path = store.fs, store._path(key)
+    bucket, name, version = fs.split_path(path)
+
+    async def get() -> tuple[bytes, Any]:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=name, **version_id_kw(version))
+        body = response["Body"]
+        try:
+            return await body.read(), response.get("ETag")
+        finally:
+            body.close()
+
     try:
-        etag = fs.info(path, refresh=True).get("ETag")
-        return fs.cat_file(path), etag
+        return store.transfers.call(f"read {key!r}", get)
     except FileNotFoundError:
         return None, None
     except Exception as error:
