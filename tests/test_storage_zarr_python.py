@@ -12,6 +12,7 @@ import pytest
 import zarr
 
 import zarrx
+from zarrx.errors import StoreTypeError
 from zarrx.storage import LocalStore, ZarrPythonStore, make_store
 from zarrx.storage.zarr_python import zarr_python_array_location
 
@@ -101,3 +102,12 @@ def test_arrays_in_a_zarr_python_store_are_shared_both_ways(zarr_format):
 def test_anything_else_is_not_taken_for_a_zarr_python_object():
     assert zarr_python_array_location(np.zeros(3)) is None
     assert zarr_python_array_location(zarrx.create_array({}, shape=(2,), dtype="i1")) is None
+
+
+def test_a_zarr_python_array_or_group_given_as_a_store_is_refused_naming_its_store_and_path(tmp_path):
+    # zarr-python refuses them too ("Unsupported type for store_like"); zarrx says what to pass instead
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    array = group.create_array("a", shape=(2,), dtype="i1")
+    for node, path in ((array, "'a'"), (group, "''")):
+        with pytest.raises(StoreTypeError, match=rf"of this zarr-python node: its store, .*, with path={path}"):
+            zarrx.open(node)

@@ -209,9 +209,11 @@ def make_store(
         _refuse_options(rest, store_like)
         return zarrx_store_of(store_like, read_only=read_only, options=remote)
     kind = type(store_like)
+    node = getattr(store_like, "store_path", None)  # a zarr-python Array or Group: its store and path
+    hint = f" (of this zarr-python node: its store, {node.store!r}, with path={node.path!r})" if node is not None else ""
     raise StoreTypeError(
         f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}; "
-        "or an obstore store (obstore.store.S3Store, HTTPStore, LocalStore, ...)"
+        f"or an obstore store (obstore.store.S3Store, HTTPStore, LocalStore, ...){hint}"
     )
 
 
