@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import time
 import uuid
 
@@ -55,8 +56,10 @@ def _store(target: str, mode: str, storage_options: dict | None):
 
 def create_and_write(target: str, worker: int, start_at: float, mode: str, storage_options: dict | None) -> list[str]:
     """One job: create and write ARRAYS arrays in the group at ``target``, starting at ``start_at``."""
-    store = _store(target, mode, storage_options)
-    group = zarrx.open_group(store, mode="a")
+    if mode == "parent" and worker % 2:  # the same group, through a store rooted at its parent folder
+        group = zarrx.open_group(LocalStore(os.path.dirname(target)), os.path.basename(target), mode="a")
+    else:
+        group = zarrx.open_group(_store(target, mode, storage_options), mode="a")
     shared = group["shared"]  # one array: worker 0 appends to it, the others set its attributes
     time.sleep(max(0.0, start_at - time.time()))
     names = []
@@ -123,6 +126,17 @@ def test_four_processes_creating_arrays_in_one_local_group_lose_none(pool, tmp_p
         assert report.ok and not report.unknown, str(report)
         # the lock is the root folder's: nothing added to the store
         assert not (tmp_path / f"round{round_}.zarr" / LOCK_NAME).exists()
+
+
+def test_processes_whose_stores_are_rooted_at_the_group_and_at_its_parent_lose_none(pool, tmp_path):
+    # one hierarchy, two roots: before, each root had its own lock and these writers lost members,
+    # attributes and appends
+    (tmp_path / "data").mkdir()
+    for round_ in range(ROUNDS):
+        target = str(tmp_path / "data" / f"round{round_}.zarr")
+        written = _round(pool, target, mode="parent")
+        assert _visible(target) == written, f"round {round_}: {len(_visible(target))} of {len(written)} visible"
+        _check_values(target, written)
 
 
 @pytest.mark.parametrize("backend", ["fsspec", "obstore"])  # s3fs's IfMatch, obstore's put modes

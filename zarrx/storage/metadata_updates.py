@@ -73,6 +73,12 @@ HAS_FILE_LOCKS = fcntl is not None
 def folder_lock(folder: str) -> Iterator[None]:
     """Hold an exclusive advisory lock (``flock``) on the folder ``folder`` (created if missing).
 
+    One hierarchy may be reached through stores rooted at several of its folders (a group, its
+    parent): so, against the other processes of this machine, the lock is also taken in the
+    user's lock file (:func:`object_lock_file`) -- exclusive on the folder, shared on each folder
+    above it, from the top down -- and a store rooted at a folder waits for one rooted below it,
+    or above it, while stores of folders side by side do not wait for each other (Linux).
+
     The lock is taken on the folder itself, so no file is added to the store. Where a folder
     cannot be locked (NFS, where Linux emulates ``flock`` with byte-range locks that need a file
     open for writing), the file :data:`LOCK_NAME` in it is locked instead -- every process on
@@ -88,6 +94,12 @@ def folder_lock(folder: str) -> Iterator[None]:
     ...     pass
     """
     os.makedirs(folder, exist_ok=True)
+    with _hierarchy_lock(folder), _flock_folder(folder):
+        yield
+
+
+@contextlib.contextmanager
+def _flock_folder(folder: str) -> Iterator[None]:
     descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
@@ -129,6 +141,33 @@ def object_lock_file() -> str:
 @functools.lru_cache(maxsize=256)
 def _real_folder(root: str) -> str:
     return os.path.realpath(root)
+
+
+@contextlib.contextmanager
+def _hierarchy_lock(folder: str) -> Iterator[None]:
+    """Exclusive on ``folder``'s byte of the user's lock file, shared on those of the folders above
+    it (taken from the top down: no two holders can wait for each other); nothing where there
+    are no open-file-description locks, no usable lock file, or when this thread holds one
+    already (a metadata update of one store inside another's: its own bytes would block it)."""
+    if _OFD_SETLKW is None or getattr(_HELD, "hierarchy", False):
+        yield
+        return
+    real = _real_folder(folder)
+    above = [real[: end or 1] for end in range(len(real)) if real[end] == "/" and real[: end or 1] != real]
+    try:
+        descriptor = _open_lock_file(object_lock_file())
+    except OSError:  # no temporary folder this user can write: the folder's own lock only
+        yield
+        return
+    _HELD.hierarchy = True
+    try:
+        for path, kind in [(path, fcntl.F_RDLCK) for path in above] + [(real, fcntl.F_WRLCK)]:
+            offset = _offset(path, "\0metadata")  # (no key holds a NUL: apart from the objects' bytes)
+            fcntl.fcntl(descriptor, _OFD_SETLKW, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
+        yield
+    finally:
+        _HELD.hierarchy = False
+        os.close(descriptor)  # releases every lock taken through it
 
 
 def _open_lock_file(path: str) -> int:
