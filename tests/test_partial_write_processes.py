@@ -29,8 +29,10 @@ import pytest
 import s3fs
 
 import zarrx
+from zarrx.errors import UsageError
 from zarrx.storage import LocalStore
-from zarrx.storage.metadata_updates import OBJECT_LOCK_NAME, object_lock_file
+from zarrx.storage.metadata_updates import OBJECT_LOCK_NAME, SHARED_FILE_SYSTEMS, file_system_type, object_lock_file
+from zarrx.storage.metadata_updates import shared_folder
 from tests.s3_server import serve_s3
 
 PROCESSES = 4
@@ -42,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WRITER = r"""
 import os, sys, tempfile, time, numpy as np, zarrx
 path, name, number, count, rounds, start, way = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:8]
-if len(sys.argv) > 8:  # a temporary folder that cannot be used
+if len(sys.argv) > 8:  # a temporary folder of its own (another machine's), or one that cannot be used
     tempfile.tempdir = sys.argv[8]
 if way == "path":
     arr = zarrx.open_array(path, name, mode="r+")
@@ -77,13 +79,15 @@ for round_number in range(rounds):
 
 
 def _race(
-    path: Path | str, name: str, tmp_path: Path, *tempdir: str, ways: tuple[str, ...] = ("path",), rounds: int = ROUNDS
+    path: Path | str, name: str, tmp_path: Path, *tempdirs: str, ways: tuple[str, ...] = ("path",), rounds: int = ROUNDS
 ) -> np.ndarray:
-    """The array after PROCESSES writers raced, the n-th opening it the n-th of ``ways`` (round robin)."""
+    """The array after PROCESSES writers raced, the n-th opening it the n-th of ``ways``, with the
+    n-th of ``tempdirs`` as its temporary folder (round robin)."""
     start = tmp_path / f"start-{name}"
     children = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(number), str(PROCESSES), str(rounds),
-                          str(start), ways[number % len(ways)], *tempdir], cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
+                          str(start), ways[number % len(ways)], *tempdirs[number % max(1, len(tempdirs)):][:1]],
+                         cwd=ROOT, stderr=subprocess.PIPE)  # fmt: skip
         for number in range(PROCESSES)
     ]
     time.sleep(1.0)  # the writers import zarrx and open the array, then wait for the start
@@ -120,6 +124,46 @@ def test_writers_keep_every_value_whatever_store_or_root_each_opened_the_folder_
     found = _race(path, "chunks", tmp_path, ways=ways, rounds=100)  # few chunks, many rounds: many races
     lost = np.flatnonzero(found != np.arange(128) + 1000 * 100)
     assert lost.size == 0, f"{ways}: {lost.size} of {found.size} values lost, e.g. at {lost[:8].tolist()}"
+
+
+def test_processes_of_machines_sharing_a_file_system_keep_every_value(tmp_path, monkeypatch):
+    # two "machines": writers each with a temporary folder of its own (each machine has its own
+    # /tmp), one store folder; on a network or cluster file system (ZARRX_OBJECT_LOCKS=auto, the
+    # default, finds nfs, lustre, gpfs, ... in the mount table; "shared" here, on a local disk)
+    # each partial write is also locked in the store's folder. With machine locks only they lose values.
+    monkeypatch.setenv("ZARRX_OBJECT_LOCKS", "shared")
+    path = tmp_path / "shared.zarr"
+    zarrx.create_array(LocalStore(path), "chunks", shape=(128,), chunks=(8,), dtype="i8", fill_value=-1)
+    machines = [tmp_path / "machine1", tmp_path / "machine2"]
+    for folder in machines:
+        folder.mkdir()
+    found = _race(path, "chunks", tmp_path, *map(str, machines), rounds=100)
+    lost = np.flatnonzero(found != np.arange(128) + 1000 * 100)
+    assert lost.size == 0, f"{lost.size} of 128 values lost, e.g. at {lost[:8].tolist()}"
+    assert (path / OBJECT_LOCK_NAME).exists() and sorted(LocalStore(path).list_dir("")) == ["chunks", "zarr.json"]
+
+
+def test_the_file_system_of_a_folder_is_read_from_the_mount_table(tmp_path):
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "36 35 98:0 / / rw - ext4 /dev/root rw\n"
+        "40 36 0:50 / /home/me/my\\040data rw,relatime - nfs4 server:/export rw\n"
+        "41 36 0:51 / /scratch rw - lustre 10.0.0.1@tcp:/fs rw\n"
+        "42 41 0:52 / /scratch/local rw - tmpfs tmpfs rw\n"
+    )
+    found = {path: file_system_type(path, str(table)) for path in
+             ["/home/me/my data/a.zarr", "/home/me/my database", "/scratch/u/a.zarr", "/scratch/local/a", "/scratchy"]}
+    assert found == {"/home/me/my data/a.zarr": "nfs4", "/home/me/my database": "ext4", "/scratch/u/a.zarr": "lustre",
+                     "/scratch/local/a": "tmpfs", "/scratchy": "ext4"}  # fmt: skip
+    assert {"nfs4", "lustre", "gpfs"} <= SHARED_FILE_SYSTEMS and "ext4" not in SHARED_FILE_SYSTEMS
+    assert not shared_folder(str(tmp_path))  # this machine's disk: its own lock file only
+
+
+def test_a_bad_object_locks_setting_is_refused_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZARRX_OBJECT_LOCKS", "always")
+    array = zarrx.create_array(LocalStore(tmp_path / "a.zarr"), shape=(8,), chunks=(4,), dtype="i1")
+    with pytest.raises(UsageError, match="ZARRX_OBJECT_LOCKS='always': expected one of auto, shared, machine"):
+        array[1] = 1
 
 
 def test_without_a_usable_temporary_folder_the_lock_file_is_in_the_store_and_never_listed(tmp_path):

@@ -32,8 +32,10 @@ Other processes are excluded where the store can do it (its ``lock_objects``, se
 against every process of the machine (dask's worker processes, a ``multiprocessing``
 pool), so ``da.store(x, arr, lock=False)`` with blocks that share chunks keeps every value;
 a store with conditional writes (S3, GCS, Azure) needs no lock: :mod:`zarrx.io.write` stores
-its partial objects over the version read only. Elsewhere (several machines sharing a file
-system, plain fsspec file systems) writers in several processes must write disjoint chunks,
+its partial objects over the version read only; on a network or cluster file system (NFS,
+Lustre, GPFS, ...) a local store also locks them in a lock file in its folder, against the other
+machines mounting it. Elsewhere (file systems without locks, plain fsspec file systems) writers
+in several processes must write disjoint chunks,
 as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
 takes no lock, so one racing a partial write of the same object from another thread can
 end as the partial write's merge into the object as it was before (the whole write undone

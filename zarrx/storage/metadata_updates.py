@@ -32,7 +32,9 @@ threads of one process; a store that can also exclude other processes offers
     process of the machine writing to that folder -- dask's worker processes, a
     ``multiprocessing`` pool -- keeps every value, and the store gets no file of zarrx's.
     So do the other stores of local files (fsspec's, obstore's, zarr-python's), whatever
-    folder of the path each is rooted at.
+    folder of the path each is rooted at. On a file system other machines mount too (NFS,
+    Lustre, GPFS, ...: :func:`shared_folder`), each object is also locked in the store's own
+    lock file :data:`OBJECT_LOCK_NAME`, against their processes.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ import os
 import struct
 import sys
 import random
+import re
 import tempfile
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 from zarrx.errors import StoreError, UsageError
@@ -57,7 +61,8 @@ except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "LOCK_NAMES", "OBJECT_LOCK_NAME", "folder_lock",
-           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file", "update_conditionally", "ATTEMPTS"]  # fmt: skip
+           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file", "update_conditionally", "ATTEMPTS", "shared_folder",
+           "file_system_type", "SHARED_FILE_SYSTEMS"]  # fmt: skip
 
 #: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"
@@ -207,19 +212,38 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     """
     held: set[tuple[str, int]] = _HELD.__dict__.setdefault("pairs", set())
     wanted = sorted({_offset(root, key) for key in keys}) if _OFD_SETLKW is not None else [0]
-    try:
-        path = object_lock_file()
-        descriptor = _open_lock_file(path)
-    except OSError as unusable:  # no temporary folder this user can write: the store's own folder
-        path = os.path.join(root, OBJECT_LOCK_NAME)
+    in_store = os.path.join(root, OBJECT_LOCK_NAME)
+    with contextlib.ExitStack() as stack:
         try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as error:
-            raise StoreError(
-                f"cannot lock the chunks of {root!r} against other processes' partial writes: no temporary "
-                f"folder ({unusable}), nor {path!r} ({error}); set TMPDIR to a folder this user can write"
-            ) from error
-    mine = [(path, offset) for offset in wanted if (path, offset) not in held]
+            path = object_lock_file()
+            descriptor = _open_lock_file(path)
+        except OSError as unusable:  # no temporary folder this user can write: the store's own folder
+            path, descriptor = in_store, _open_in_store(root, in_store, unusable)
+        stack.enter_context(_locked(descriptor, path, wanted, held))
+        if path != in_store and shared_folder(root):  # and against the other machines mounting it
+            try:
+                descriptor = os.open(in_store, os.O_RDWR | os.O_CREAT, 0o666)
+                stack.enter_context(_locked(descriptor, in_store, wanted, held))
+            except OSError as error:  # a file system without locks: this machine's lock only
+                _warn_unshared(root, error)
+        yield
+
+
+def _open_in_store(root: str, path: str, unusable: OSError) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise StoreError(
+            f"cannot lock the chunks of {root!r} against other processes' partial writes: no temporary "
+            f"folder ({unusable}), nor {path!r} ({error}); set TMPDIR to a folder this user can write"
+        ) from error
+
+
+@contextlib.contextmanager
+def _locked(descriptor: int, path: str, offsets: list[int], held: set[tuple[str, int]]) -> Iterator[None]:
+    """Exclusive locks of ``offsets`` of the lock file open as ``descriptor`` (closed at the end,
+    which releases them); offsets this thread already holds are not taken again."""
+    mine = [(path, offset) for offset in offsets if (path, offset) not in held]
     try:
         for _, offset in mine:
             if _OFD_SETLKW is not None:
@@ -230,7 +254,61 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
         yield
     finally:
         held.difference_update(mine)
-        os.close(descriptor)  # releases every lock taken through it
+        os.close(descriptor)
+
+
+#: file systems other machines mount too (network and cluster file systems), as ``/proc/self/mountinfo`` names them
+SHARED_FILE_SYSTEMS = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "fuse.ceph-fuse", "glusterfs",
+    "fuse.glusterfs", "ocfs2", "gfs2", "afs", "wekafs", "panfs", "fuse.sshfs", "fuse.juicefs", "orangefs",
+})  # fmt: skip
+#: ``ZARRX_OBJECT_LOCKS``: "auto" (the default: shared where the folder's file system is one of
+#: SHARED_FILE_SYSTEMS), "shared" (always) or "machine" (never)
+OBJECT_LOCKS_SETTINGS = ("auto", "shared", "machine")
+
+
+def shared_folder(root: str) -> bool:
+    """Whether partial writes to the local store at ``root`` are also locked in the lock file in
+    the store's folder, against processes of other machines mounting it (``ZARRX_OBJECT_LOCKS``)."""
+    setting = os.environ.get("ZARRX_OBJECT_LOCKS", "auto").strip().lower() or "auto"
+    if setting not in OBJECT_LOCKS_SETTINGS:
+        raise UsageError(f"ZARRX_OBJECT_LOCKS={setting!r}: expected one of {', '.join(OBJECT_LOCKS_SETTINGS)}")
+    return setting == "shared" or setting == "auto" and file_system_type(_real_folder(root)) in SHARED_FILE_SYSTEMS
+
+
+@functools.lru_cache(maxsize=256)
+def file_system_type(path: str, mounts: str = "/proc/self/mountinfo") -> str:
+    """The type of the file system the absolute ``path`` is on (``"nfs4"``, ``"ext4"``), from the
+    mount table of ``mounts``; "" where there is none (not Linux)."""
+    try:
+        with open(mounts, encoding="utf-8", errors="surrogateescape") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return ""
+    found, longest = "", -1
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda escape: chr(int(escape[1], 8)), parts[4])  # "\040": a space
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= longest:  # the last of equal mounts is the one on top
+            found, longest = rest.split()[0], len(point)
+    return found
+
+
+_UNSHARED_WARNED: set[str] = set()
+
+
+def _warn_unshared(root: str, error: OSError) -> None:
+    if root not in _UNSHARED_WARNED:
+        _UNSHARED_WARNED.add(root)
+        warnings.warn(
+            f"cannot lock the chunks of {root!r} against other machines' partial writes ({error}): its file system "
+            "offers no locks; processes of other machines must write disjoint chunks (ZARRX_OBJECT_LOCKS=machine "
+            "silences this)", RuntimeWarning, stacklevel=4,
+        )  # fmt: skip
 
 
 #: how often a conditional update of one value is tried before giving up
