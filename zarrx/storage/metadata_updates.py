@@ -212,7 +212,7 @@ def object_file_locks(root: str, keys: Iterable[str]) -> Iterator[None]:
     """
     held: set[tuple[str, int]] = _HELD.__dict__.setdefault("pairs", set())
     wanted = sorted({_offset(root, key) for key in keys}) if _OFD_SETLKW is not None else [0]
-    in_store = os.path.join(root, OBJECT_LOCK_NAME)
+    in_store = os.path.join(_real_folder(root), OBJECT_LOCK_NAME)
     with contextlib.ExitStack() as stack:
         try:
             path = object_lock_file()

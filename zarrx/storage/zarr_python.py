@@ -49,6 +49,7 @@ import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
+from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from zarrx.errors import ReadOnlyError, StoreError, StoreTimeoutError
@@ -127,11 +128,20 @@ def zarr_python_folder(store: Any) -> str | None:
         local = type(inner) is _loaded("obstore.store", "LocalStore")
         return str(inner.prefix) if local and inner.prefix is not None else None
     if kind is _loaded("zarr.storage", "FsspecStore"):
-        fs = store.fs
-        wrapper = _loaded("fsspec.implementations.asyn_wrapper", "AsyncFileSystemWrapper")
-        fs, path = beneath_folders(fs.sync_fs if wrapper is not None and isinstance(fs, wrapper) else fs, store.path)
+        fs, path = _beneath(store)
         return path if isinstance(fs, LocalFileSystem) else None
     return None
+
+
+def _beneath(store: Any) -> tuple[Any, str]:
+    """The file system and path of zarr-python's ``FsspecStore`` ``store``, the layers that make a
+    synchronous file system asynchronous (``AsyncFileSystemWrapper``) or a folder of another
+    (``DirFileSystem``) taken off."""
+    wrapper = _loaded("fsspec.implementations.asyn_wrapper", "AsyncFileSystemWrapper")
+    fs, path = store.fs, store.path
+    while wrapper is not None and isinstance(fs, wrapper) or isinstance(fs, DirFileSystem):
+        fs, path = beneath_folders(fs.sync_fs if not isinstance(fs, DirFileSystem) else fs, path)
+    return fs, path
 
 
 def zarrx_store_of(store: Any, read_only: bool = False, options: RemoteOptions | None = None) -> Store:
@@ -163,12 +173,11 @@ def _file_system(store: Any) -> tuple[Any, str]:
     zarrx's writes them only over the version read.)"""
     if type(store) is not _loaded("zarr.storage", "FsspecStore"):
         return None, ""
-    fs, path = beneath_folders(store.fs, store.path)
-    wrapper = _loaded("fsspec.implementations.asyn_wrapper", "AsyncFileSystemWrapper")
-    if wrapper is not None and isinstance(fs, wrapper):
-        return fs.sync_fs, path
-    if is_reference_file_system(fs) or not getattr(fs, "asynchronous", False):
+    fs, path = _beneath(store)
+    if is_reference_file_system(fs):
         return None, ""
+    if not getattr(fs, "asynchronous", False):  # a synchronous one that zarr-python wrapped
+        return fs, path
     options = {name: value for name, value in fs.storage_options.items() if name not in ("asynchronous", "loop")}
     try:
         return type(fs)(**options), path
