@@ -6,12 +6,16 @@ process are ordered by zarrx's in-process locks (tests/test_partial_write_thread
 processes a store of local files locks each partial object in a lock file of the machine's
 temporary folder (:func:`zarrx.storage.metadata_updates.object_file_locks`). Without those
 locks, the writers here lose values in every run: each process's write reads chunks that another
-process is about to store, and the later store drops the earlier one's values.
+process is about to store, and the later store drops the earlier one's values. The lock is the
+object's, whichever store reaches it: through a store rooted at the folder's parent, through
+zarr-python's stores of the folder (which zarrx reads and writes as its own), and, on a file
+system other machines mount too, against their processes (a lock file in the store's folder).
 
 On S3 (moto's server here; s3fs and obstore) a partial object is written only over the version
 read (``If-Match`` on its ETag), read again and merged again when another process came first:
 before, ``da.store(x, arr, lock=False)`` with blocks sharing chunks lost 1,000 to 3,000 of 60,000
-values in most runs, through either library.
+values in most runs, through either library. So do writers through zarr-python's ``ObjectStore``
+and ``FsspecStore``, which zarrx reads and writes as its own stores of the same objects.
 """
 
 from __future__ import annotations
@@ -80,9 +84,9 @@ for round_number in range(rounds):
 
 def _race(
     path: Path | str, name: str, tmp_path: Path, *tempdirs: str, ways: tuple[str, ...] = ("path",), rounds: int = ROUNDS
-) -> np.ndarray:
-    """The array after PROCESSES writers raced, the n-th opening it the n-th of ``ways``, with the
-    n-th of ``tempdirs`` as its temporary folder (round robin)."""
+) -> np.ndarray | None:
+    """The array after PROCESSES writers raced (None when it is not a local folder), the n-th
+    opening it the n-th of ``ways``, with the n-th of ``tempdirs`` as its temporary folder (round robin)."""
     start = tmp_path / f"start-{name}"
     children = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(number), str(PROCESSES), str(rounds),
@@ -113,9 +117,10 @@ def test_processes_writing_parts_of_the_same_chunks_keep_every_value(tmp_path, l
     assert sorted(os.listdir(path)) == [layout, "zarr.json"]
 
 
-@pytest.mark.parametrize(
-    "ways", [("path", "parent", "grandparent"), ("zarr LocalStore",), ("zarr ObjectStore", "path"), ("zarr FsspecStore", "parent")]
-)
+@pytest.mark.parametrize("ways", [
+    ("path", "parent", "grandparent"), ("zarr LocalStore",),
+    ("zarr ObjectStore", "path"), ("zarr FsspecStore", "parent"),
+])  # fmt: skip
 def test_writers_keep_every_value_whatever_store_or_root_each_opened_the_folder_with(tmp_path, ways):
     # an object is one file whichever store reaches it: writers locking it under another root's
     # name, or through a zarr-python store that zarrx did not lock, lost values in every run

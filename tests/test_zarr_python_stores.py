@@ -229,5 +229,6 @@ def test_zarr_python_s_object_store_over_python_http_server(plain_server):
     np.testing.assert_array_equal(zarrx.open_array(store, "sharded.zarr")[:32, :32], sharded[:32, :32])
     # obstore's own error (nothing listens on port 9): a StoreError naming the key and its URL
     # (zarrx reads zarr-python's ObjectStore as its own ObstoreStore of the same obstore store)
-    with pytest.raises(StoreError, match=r"could not read 'chunks.zarr/c/0/0' at http://127.0.0.1:9/chunks.zarr/c/0/0 "):
+    message = r"could not read 'chunks.zarr/c/0/0' at http://127.0.0.1:9/chunks.zarr/c/0/0 "
+    with pytest.raises(StoreError, match=message):
         make_store(object_store("http://127.0.0.1:9", retry_config={"max_retries": 0}), storage_options={"zarrx_retries": 0}).get("chunks.zarr/c/0/0")

@@ -210,7 +210,7 @@ def make_store(
         return zarrx_store_of(store_like, read_only=read_only, options=remote)
     kind = type(store_like)
     node = getattr(store_like, "store_path", None)  # a zarr-python Array or Group: its store and path
-    hint = f" (of this zarr-python node: its store, {node.store!r}, with path={node.path!r})" if node is not None else ""
+    hint = "" if node is None else f" (of this zarr-python node: its store, {node.store!r}, with path={node.path!r})"
     raise StoreTypeError(
         f"cannot use {kind.__module__}.{kind.__qualname__} {store_like!r} as a store; pass {ACCEPTED_STORES}; "
         f"or an obstore store (obstore.store.S3Store, HTTPStore, LocalStore, ...){hint}"

@@ -61,8 +61,8 @@ except ImportError:  # pragma: no cover - not on the platforms CI runs
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MetadataUpdates", "ForwardedMetadataUpdates", "LOCK_NAME", "LOCK_NAMES", "OBJECT_LOCK_NAME", "folder_lock",
-           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file", "update_conditionally", "ATTEMPTS", "shared_folder",
-           "file_system_type", "SHARED_FILE_SYSTEMS"]  # fmt: skip
+           "HAS_FILE_LOCKS", "object_file_locks", "object_lock_file", "update_conditionally", "ATTEMPTS",
+           "shared_folder", "file_system_type", "SHARED_FILE_SYSTEMS"]  # fmt: skip
 
 #: the lock file a local store locks where its root folder cannot be locked (never listed, never deleted)
 LOCK_NAME = ".zarrx-metadata.lock"

@@ -71,8 +71,8 @@ from zarrx.storage.store import (
 from zarrx.storage.transfers import Attempt, ObjectRead, Transfers, describe_failure
 from zarrx.storage.zarr_python_reads import _Failure, _OnLoop, _Reader, _call
 
-__all__ = ["ZarrPythonStore", "is_zarr_python_store", "zarr_python_array_location", "zarr_python_folder", "zarrx_store_of",
-           "ACCEPTED_STORES"]
+__all__ = ["ZarrPythonStore", "is_zarr_python_store", "zarr_python_array_location", "zarr_python_folder",
+           "zarrx_store_of", "ACCEPTED_STORES"]
 
 #: what :func:`~zarrx.storage.make_store` accepts, for its error message
 ACCEPTED_STORES = (
