@@ -52,9 +52,7 @@ member a copy misses) and :func:`zarrx.consolidate_metadata` rewrites them.
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
-import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -324,14 +322,16 @@ def _write_conditionally(
     with its version, changed, its copies updated, and written only over that version; all again
     when another writer came first."""
     own = join_key(path, ZARR_JSON)
-    for attempt in range(ATTEMPTS):
-        raw, version = store.get_versioned(own)
+    written: list[NodeMetadata] = []  # what the attempt that was stored made
+
+    def changed(raw: bytes | None) -> bytes:
         updated = change(metadata if raw is None else parse_node_metadata(raw, own))
         _copies_first(store, [(path, updated, 3)], None, now=now)
-        if store.set_if(own, updated.documents()[ZARR_JSON], version):
-            return updated
-        time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
-    raise StoreError(f"{own}: another writer changed it at each of {ATTEMPTS} attempts to update it; try again")
+        written[:] = [updated]
+        return updated.documents()[ZARR_JSON]
+
+    update_conditionally(store, own, changed)
+    return written[0]
 
 
 def _copies_first(
