@@ -35,11 +35,10 @@ a store with conditional writes (S3, GCS, Azure) needs no lock: :mod:`zarrx.io.w
 its partial objects over the version read only; on a network or cluster file system (NFS,
 Lustre, GPFS, ...) a local store also locks them in a lock file in its folder, against the other
 machines mounting it. Elsewhere (file systems without locks, plain fsspec file systems) writers
-in several processes must write disjoint chunks,
-as :func:`zarrx.to_zarr` makes sure. A write of a *whole* object
-takes no lock, so one racing a partial write of the same object from another thread can
-end as the partial write's merge into the object as it was before (the whole write undone
-outside the partial selection): writes that overlap need :func:`chunk_lock` or an order.
+in several processes must write disjoint chunks, as :func:`zarrx.to_zarr` makes sure. A write
+of a *whole* object takes no lock, so one racing a partial write of the same object from another
+thread can end as the partial write's merge into the object as it was before (the whole write
+undone outside the partial selection): writes that overlap need :func:`chunk_lock` or an order.
 """
 
 from __future__ import annotations
